@@ -1,0 +1,1 @@
+"""Elastic PyTorch training on etcd v3."""

@@ -1,0 +1,1 @@
+"""Command line: `elastic VERB [NOUN]`, thin: parse, call, print."""

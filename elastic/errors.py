@@ -1,0 +1,31 @@
+"""The project's error hierarchy, in one place.
+
+Every error says whether retrying can help (kopf's temporary/permanent split): `tenacity` retries only
+`TemporaryError`; a `PermanentError` reaches the user with what failed, where, and what to do.
+"""
+
+from __future__ import annotations
+
+
+class ElasticError(Exception):
+    """Base of every error this project raises on purpose."""
+
+
+class TemporaryError(ElasticError):
+    """Retrying the same call later may succeed (etcd unavailable, a deadline passed)."""
+
+
+class PermanentError(ElasticError):
+    """Retrying will not help; the message tells the user what to change."""
+
+
+class StoreUnavailableError(PermanentError):
+    """etcd did not answer within the retry bound. Raised instead of a raw gRPC error."""
+
+
+class LeaseLostError(PermanentError):
+    """A lease this process held has expired or was revoked; keys attached to it are gone."""
+
+
+class WatchCompactedError(PermanentError):
+    """A watch cannot resume: etcd compacted the revisions it still needed to deliver."""

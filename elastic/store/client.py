@@ -1,0 +1,344 @@
+"""The etcd v3 client wrapper: the only code that talks to etcd.
+
+Built on `etcd-sdk-python` (module `pyetcd`, the maintained fork of `etcd3` that imports with today's
+protobuf). Nothing outside this package imports `pyetcd`, so the client can be swapped.
+
+Why a wrapper at all: callers want JSON values, compare-and-set keyed on mod revision, bounded retries of
+transient failures and one readable error when etcd is really gone, not a gRPC stack dump.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import grpc
+import pyetcd
+from pyetcd import exceptions as etcd_exceptions
+from pyetcd import transactions as etcd_txn
+from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_exponential
+
+from elastic.errors import StoreUnavailableError
+from elastic.store.endpoints import EndpointAddress, parse_endpoints
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+# Errors after which the same call may succeed on the next try (or on the next endpoint).
+TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
+    etcd_exceptions.ConnectionFailedError,
+    etcd_exceptions.ConnectionTimeoutError,
+    etcd_exceptions.NoServerAvailableError,
+    etcd_exceptions.InternalServerError,
+)
+
+# Reconnect quickly after an etcd restart: gRPC's default backoff grows to two minutes.
+CHANNEL_OPTIONS = [
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 1000),
+    ("grpc.keepalive_time_ms", 10_000),
+    ("grpc.keepalive_timeout_ms", 5_000),
+]
+
+# How long a failed endpoint is skipped before it is tried again (pyetcd's default is 300 s, which would
+# turn a one-second etcd restart into five minutes of "no server available").
+ENDPOINT_RETRY_AFTER_SECONDS = 0.3
+
+
+@dataclass(frozen=True)
+class TlsOptions:
+    """Client TLS files; all paths. `cert`/`key` are for client-certificate auth."""
+
+    ca_cert: str | None = None
+    cert: str | None = None
+    key: str | None = None
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One key as read from etcd."""
+
+    key: str
+    value: bytes
+    mod_revision: int
+    create_revision: int
+    lease: int
+
+    def json(self) -> Any:
+        return json.loads(self.value)
+
+
+# --- transaction vocabulary (kept free of pyetcd types so callers stay client-agnostic) ---
+
+
+@dataclass(frozen=True)
+class ModRevisionIs:
+    """The key was last written at this revision; 0 means the key must not exist."""
+
+    key: str
+    revision: int
+
+
+@dataclass(frozen=True)
+class ValueIs:
+    key: str
+    value: bytes | str
+
+
+@dataclass(frozen=True)
+class Put:
+    key: str
+    value: bytes | str
+    lease: int | None = None
+
+    @classmethod
+    def json(cls, key: str, obj: Any, lease: int | None = None) -> Put:
+        return cls(key, dumps(obj), lease)
+
+
+@dataclass(frozen=True)
+class Delete:
+    key: str
+    prefix: bool = False
+
+
+Compare = ModRevisionIs | ValueIs
+Op = Put | Delete
+
+
+@dataclass(frozen=True)
+class TxnResult:
+    succeeded: bool
+    revision: int
+
+
+def dumps(obj: Any) -> str:
+    """JSON as stored: compact, keys sorted, so `etcdctl get` output is stable."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"))
+
+
+class Store:
+    """A connection to one etcd cluster (one or several endpoints, with failover).
+
+    Every call retries transient failures for at most `retry_seconds`; after that it raises
+    `StoreUnavailableError` naming the endpoints and what to check.
+    """
+
+    def __init__(
+        self,
+        endpoints: str | Sequence[str],
+        *,
+        timeout: float = 3.0,
+        retry_seconds: float = 10.0,
+        tls: TlsOptions | None = None,
+        user: str | None = None,
+        password: str | None = None,
+    ) -> None:
+        self.addresses: list[EndpointAddress] = parse_endpoints(
+            endpoints if isinstance(endpoints, str) else list(endpoints)
+        )
+        self.timeout = timeout
+        self.retry_seconds = retry_seconds
+        self._tls = tls or TlsOptions()
+        self._user = user
+        self._password = password
+        self._client: pyetcd.MultiEndpointEtcd3Client | None = None
+
+    # --- connection ---
+
+    @property
+    def endpoints_text(self) -> str:
+        return ",".join(a.url for a in self.addresses)
+
+    @property
+    def client(self) -> pyetcd.MultiEndpointEtcd3Client:
+        """The pyetcd client, created on first use (authentication is itself a call that may fail)."""
+        if self._client is None:
+            self._client = self._call("connect", self._connect)
+        return self._client
+
+    def _connect(self) -> pyetcd.MultiEndpointEtcd3Client:
+        creds = None
+        if any(a.secure for a in self.addresses):
+            if not self._tls.ca_cert:
+                raise ValueError("an https:// etcd endpoint needs a CA certificate (ca_cert)")
+            creds = pyetcd.MultiEndpointEtcd3Client.get_secure_creds(
+                self._tls.ca_cert, self._tls.key, self._tls.cert
+            )
+        endpoints = [
+            pyetcd.Endpoint(
+                a.host,
+                a.port,
+                secure=a.secure,
+                creds=creds if a.secure else None,
+                time_retry=ENDPOINT_RETRY_AFTER_SECONDS,
+                opts=CHANNEL_OPTIONS,
+            )
+            for a in self.addresses
+        ]
+        return pyetcd.MultiEndpointEtcd3Client(
+            endpoints=endpoints,
+            timeout=self.timeout,
+            user=self._user,
+            password=self._password,
+            failover=True,
+        )
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _call(self, what: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Run one etcd call, retrying transient failures within the bound."""
+        try:
+            for attempt in Retrying(
+                stop=stop_after_delay(self.retry_seconds),
+                wait=wait_exponential(multiplier=0.05, max=1.0),
+                retry=retry_if_exception_type(TRANSIENT_ERRORS),
+                reraise=True,
+            ):
+                with attempt:
+                    return fn(*args, **kwargs)
+        except TRANSIENT_ERRORS as err:
+            raise self.unavailable(what, err) from None
+        except grpc.RpcError as err:  # auth, permission, bad request: not worth a retry
+            raise StoreUnavailableError(
+                f"etcd at {self.endpoints_text} refused {what}: {_rpc_details(err)}"
+            ) from None
+        raise AssertionError("unreachable")  # pragma: no cover - Retrying either returns or raises
+
+    def unavailable(self, what: str, err: BaseException) -> StoreUnavailableError:
+        return StoreUnavailableError(
+            f"etcd at {self.endpoints_text} did not answer {what} within {self.retry_seconds:g} s "
+            f"(last error: {_describe(err)}). Check that etcd is running and reachable at that "
+            "address, or pass the right endpoint (--etcd / --rdzv-endpoint)."
+        )
+
+    # --- key/value ---
+
+    def get(self, key: str) -> Entry | None:
+        response = self._call(f"get {key}", lambda: self.client.get_response(key))
+        return _entry(response.kvs[0]) if response.kvs else None
+
+    def get_json(self, key: str, default: Any = None) -> Any:
+        entry = self.get(key)
+        return entry.json() if entry else default
+
+    def get_prefix(self, prefix: str) -> tuple[list[Entry], int]:
+        """All keys under a prefix, sorted by key, and the store revision they were read at."""
+        response = self._call(
+            f"get --prefix {prefix}",
+            lambda: self.client.get_prefix_response(prefix, sort_order="ascend", sort_target="key"),
+        )
+        return [_entry(kv) for kv in response.kvs], response.header.revision
+
+    def put(self, key: str, value: bytes | str, lease: int | None = None) -> None:
+        self._call(f"put {key}", lambda: self.client.put(key, value, lease=lease))
+
+    def put_json(self, key: str, obj: Any, lease: int | None = None) -> None:
+        self.put(key, dumps(obj), lease)
+
+    def delete(self, key: str) -> bool:
+        return bool(self._call(f"delete {key}", lambda: self.client.delete(key)))
+
+    def delete_prefix(self, prefix: str) -> int:
+        response = self._call(f"delete --prefix {prefix}", lambda: self.client.delete_prefix(prefix))
+        return int(response.deleted)
+
+    def revision(self) -> int:
+        """The cluster's current revision (a watch started at revision+1 misses nothing after now)."""
+        return self.get_prefix("\0")[1]
+
+    def txn(self, compare: Sequence[Compare], success: Sequence[Op], failure: Sequence[Op] = ()) -> TxnResult:
+        """One atomic transaction: if every comparison holds, apply `success`, else `failure`.
+
+        A retried transaction is safe: its comparisons fail the second time if the first try landed.
+        """
+
+        def run() -> TxnResult:
+            client = self.client
+            request = pyetcd.etcdrpc.TxnRequest(
+                compare=[_compare(c).build_message() for c in compare],
+                success=client._ops_to_requests([_op(o) for o in success]),
+                failure=client._ops_to_requests([_op(o) for o in failure]),
+            )
+            try:
+                response = client.kvstub.Txn(
+                    request, client.timeout, credentials=client.call_credentials, metadata=client.metadata
+                )
+            except grpc.RpcError as err:
+                client._manage_grpc_errors(err)
+            return TxnResult(response.succeeded, response.header.revision)
+
+        return self._call("transaction", run)
+
+    # --- leases ---
+
+    def grant(self, ttl: int) -> int:
+        """A new lease of `ttl` seconds; returns its id."""
+        return int(self._call(f"lease grant {ttl}", lambda: self.client.lease(ttl)).id)
+
+    def refresh_once(self, lease_id: int) -> int:
+        """Send one keep-alive; returns the lease's new TTL, 0 if the lease no longer exists.
+
+        No retry here: the keep-alive loop decides how long a hiccup may last.
+        """
+        responses = list(self.client.refresh_lease(lease_id))
+        return int(responses[0].TTL) if responses else 0
+
+    def revoke(self, lease_id: int) -> None:
+        """Revoke a lease (its keys go at once). Revoking a lease that is already gone is fine."""
+
+        def run() -> None:
+            try:
+                self.client.revoke_lease(lease_id)
+            except grpc.RpcError as err:
+                if err.code() != grpc.StatusCode.NOT_FOUND:
+                    raise
+
+        self._call(f"lease revoke {lease_id:x}", run)
+
+    def lease_ttl(self, lease_id: int) -> int:
+        """Remaining TTL of a lease; -1 when it no longer exists."""
+        return int(self._call("lease timetolive", lambda: self.client.get_lease_info(lease_id)).TTL)
+
+
+def _entry(kv: Any) -> Entry:
+    return Entry(kv.key.decode(), bytes(kv.value), kv.mod_revision, kv.create_revision, kv.lease)
+
+
+def _compare(c: Compare) -> etcd_txn.BaseCompare:
+    if isinstance(c, ModRevisionIs):
+        return etcd_txn.Mod(c.key) == c.revision
+    return etcd_txn.Value(c.key) == c.value
+
+
+def _op(o: Op) -> Any:
+    if isinstance(o, Put):
+        return etcd_txn.Put(o.key, o.value, lease=o.lease)
+    if o.prefix:
+        return etcd_txn.Delete(o.key, range_end=pyetcd.utils.prefix_range_end(o.key.encode()))
+    return etcd_txn.Delete(o.key)
+
+
+def _describe(err: BaseException) -> str:
+    if isinstance(err, etcd_exceptions.NoServerAvailableError):
+        return "no endpoint reachable"
+    return str(err) or type(err).__name__
+
+
+def _rpc_details(err: grpc.RpcError) -> str:
+    details = err.details() if hasattr(err, "details") else None
+    return details or str(err)

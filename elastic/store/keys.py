@@ -1,0 +1,105 @@
+"""The etcd key layout (DESIGN.md §4). The only module that spells a key.
+
+Values under these keys are JSON, so `etcdctl get --prefix /elastic/` reads like a status page.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+ROOT = "/elastic/"
+
+
+@dataclass(frozen=True)
+class JobKeys:
+    """Keys of one job, identified by namespace and name."""
+
+    namespace: str
+    name: str
+
+    @classmethod
+    def parse(cls, job: str) -> JobKeys:
+        """`ns/name` or a bare `name` (namespace `default`)."""
+        namespace, _, name = job.rpartition("/")
+        if not name or "/" in namespace:
+            raise ValueError(f"job {job!r}: expected 'namespace/name' or 'name'")
+        return cls(namespace or "default", name)
+
+    @property
+    def prefix(self) -> str:
+        return f"{ROOT}jobs/{self.namespace}/{self.name}/"
+
+    @property
+    def spec(self) -> str:
+        return self.prefix + "spec"
+
+    @property
+    def run(self) -> str:
+        return self.prefix + "run"
+
+    @property
+    def members_prefix(self) -> str:
+        return self.prefix + "members/"
+
+    def member(self, member_id: str) -> str:
+        return self.members_prefix + member_id
+
+    @property
+    def round(self) -> str:
+        return self.prefix + "round"
+
+    @property
+    def budget(self) -> str:
+        return self.prefix + "budget"
+
+    @property
+    def status(self) -> str:
+        return self.prefix + "status"
+
+    @property
+    def closed(self) -> str:
+        return self.prefix + "closed"
+
+    @property
+    def finished_prefix(self) -> str:
+        return self.prefix + "finished/"
+
+    def finished(self, member_id: str) -> str:
+        return self.finished_prefix + member_id
+
+    @property
+    def incidents_prefix(self) -> str:
+        return self.prefix + "incidents/"
+
+    def incident(self, round_number: int, member_id: str) -> str:
+        return f"{self.incidents_prefix}{round_number}/{member_id}"
+
+    @property
+    def progress_prefix(self) -> str:
+        return self.prefix + "progress/"
+
+    def progress(self, rank: int) -> str:
+        return f"{self.progress_prefix}{rank}"
+
+    @property
+    def store_root(self) -> str:
+        return self.prefix + "store/"
+
+    def store(self, round_number: int) -> str:
+        return f"{self.store_root}{round_number}/"
+
+    @property
+    def workers_prefix(self) -> str:
+        return self.prefix + "workers/"
+
+    def worker(self, worker_id: str) -> str:
+        return self.workers_prefix + worker_id
+
+    def member_id_of(self, key: str) -> str:
+        """The member id in a key under `members/`."""
+        return key[len(self.members_prefix) :]
+
+
+def job_keys_prefix() -> str:
+    """Prefix of every job's keys, for listing jobs."""
+    return ROOT + "jobs/"

@@ -1,0 +1,84 @@
+"""Keeping a lease alive, and saying clearly when it is lost.
+
+A member's keys live as long as its lease. The keep-alive must ride out a short etcd hiccup (an etcd
+restart takes about a second) yet report *lost* as soon as etcd confirms the lease is gone, or once a whole
+TTL has passed without a successful refresh (by then etcd has expired it anyway).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from elastic.store.client import TRANSIENT_ERRORS, Store
+
+log = logging.getLogger(__name__)
+
+
+class LeaseKeeper:
+    """A background thread that refreshes one lease every `ttl / 3` seconds."""
+
+    def __init__(
+        self,
+        store: Store,
+        lease_id: int,
+        ttl: int,
+        on_lost: Callable[[str], None] | None = None,
+    ) -> None:
+        self.store = store
+        self.lease_id = lease_id
+        self.ttl = ttl
+        self._on_lost = on_lost
+        self._stop = threading.Event()
+        self.lost = threading.Event()
+        self.lost_reason = ""
+        self._thread = threading.Thread(target=self._run, name=f"lease-{lease_id:x}", daemon=True)
+
+    @classmethod
+    def grant(cls, store: Store, ttl: int, on_lost: Callable[[str], None] | None = None) -> LeaseKeeper:
+        """Grant a lease and start keeping it alive."""
+        keeper = cls(store, store.grant(ttl), ttl, on_lost)
+        keeper.start()
+        return keeper
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _run(self) -> None:
+        interval = max(self.ttl / 3.0, 0.2)
+        last_ok = time.monotonic()
+        while not self._stop.wait(interval):
+            try:
+                remaining = self.store.refresh_once(self.lease_id)
+            except TRANSIENT_ERRORS as err:
+                if time.monotonic() - last_ok > self.ttl:
+                    self._lose(f"no keep-alive reached etcd for {self.ttl} s ({err})")
+                    return
+                log.debug("lease %x keep-alive failed, will retry: %s", self.lease_id, err)
+                interval = 0.2
+                continue
+            if remaining <= 0:
+                self._lose("etcd reports the lease expired or was revoked")
+                return
+            last_ok = time.monotonic()
+            interval = max(self.ttl / 3.0, 0.2)
+
+    def _lose(self, reason: str) -> None:
+        self.lost_reason = reason
+        self.lost.set()
+        log.warning("lease %x lost: %s", self.lease_id, reason)
+        if self._on_lost is not None:
+            self._on_lost(reason)
+
+    def stop(self) -> None:
+        """Stop refreshing (the lease then expires after its TTL)."""
+        self._stop.set()
+        if self._thread.is_alive() and threading.current_thread() is not self._thread:
+            self._thread.join(timeout=5)
+
+    def revoke(self) -> None:
+        """Stop refreshing and revoke, so that the keys go now rather than after the TTL."""
+        self.stop()
+        self.store.revoke(self.lease_id)
