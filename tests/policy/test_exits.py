@@ -1,0 +1,215 @@
+"""Exit classification (DESIGN §3.5): first matching rule, else preemption is free, else the shorthand."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from elastic.policy.exits import Action, Decision, ExitCause, classify, first_cause
+from elastic.spec import RestartPolicy, Rule, RuleAction
+
+NEVER, ON_FAILURE, EXIT_CODE = RestartPolicy.NEVER, RestartPolicy.ON_FAILURE, RestartPolicy.EXIT_CODE
+FAIL, RESTART, IGNORE = Action.FAIL_JOB, Action.RESTART_JOB, Action.IGNORE
+
+
+def rule(action: str, codes: list[int] | None = None, op: str = "In", reasons: list[str] | None = None) -> Rule:
+    data: dict[str, Any] = {"action": action}
+    if codes is not None:
+        data["onExitCodes"] = {"operator": op, "values": codes}
+    if reasons is not None:
+        data["onReasons"] = reasons
+    return Rule.model_validate(data)
+
+
+def code(exit_code: int | None, reason: str | None = None) -> ExitCause:
+    return ExitCause(exit_code, reason)
+
+
+CLASSIFY = [
+    # The restartPolicy shorthand, no rules.
+    pytest.param(code(1), [], ON_FAILURE, RESTART, None, id="1 with OnFailure shorthand restarts"),
+    pytest.param(code(137), [], ON_FAILURE, RESTART, None, id="137 with OnFailure shorthand restarts"),
+    pytest.param(code(1), [], NEVER, FAIL, None, id="1 with Never shorthand fails the job"),
+    pytest.param(code(137), [], NEVER, FAIL, None, id="137 with Never shorthand fails the job"),
+    pytest.param(code(1), [], EXIT_CODE, FAIL, None, id="1 with ExitCode shorthand fails the job"),
+    pytest.param(code(127), [], EXIT_CODE, FAIL, None, id="127 with ExitCode shorthand fails the job"),
+    pytest.param(code(128), [], EXIT_CODE, RESTART, None, id="128 with ExitCode shorthand restarts"),
+    pytest.param(code(137), [], EXIT_CODE, RESTART, None, id="137 with ExitCode shorthand restarts"),
+    pytest.param(code(-9), [], EXIT_CODE, RESTART, None, id="-9 from subprocess counts as 137 and restarts"),
+    pytest.param(code(-15), [], NEVER, FAIL, None, id="-15 with Never shorthand still fails the job"),
+    pytest.param(code(255), [], EXIT_CODE, RESTART, None, id="255 with ExitCode shorthand restarts"),
+    pytest.param(code(1), [], "ExitCode", FAIL, None, id="the shorthand may be given as its string"),
+    # Causes without an exit code.
+    pytest.param(code(None, "NodeLost"), [], EXIT_CODE, RESTART, None, id="a lost node restarts under ExitCode"),
+    pytest.param(code(None, "NodeLost"), [], NEVER, FAIL, None, id="a lost node fails the job under Never"),
+    pytest.param(code(None), [], ON_FAILURE, RESTART, None, id="an unknown cause restarts under OnFailure"),
+    pytest.param(
+        code(None, "NodeLost"), [rule("FailJob", [1], "NotIn")], ON_FAILURE, RESTART, None,
+        id="an exit-code rule never matches a cause without an exit code",
+    ),
+    # Preemption is free by default, under every shorthand.
+    pytest.param(code(None, "Evicted"), [], NEVER, IGNORE, None, id="Evicted with no rule is ignored under Never"),
+    pytest.param(code(143, "Preempted"), [], ON_FAILURE, IGNORE, None, id="Preempted with no rule is ignored"),
+    pytest.param(
+        code(137, "DisruptionTarget"), [], EXIT_CODE, IGNORE, None,
+        id="DisruptionTarget with no rule is ignored under ExitCode",
+    ),
+    pytest.param(
+        code(None, "Preempted"), [rule("RestartJob", reasons=["Preempted"])], ON_FAILURE, RESTART, 0,
+        id="a rule can charge a preemption",
+    ),
+    pytest.param(
+        code(143, "Evicted"), [rule("FailJob", [143])], ON_FAILURE, FAIL, 0,
+        id="an exit-code rule matching an evicted worker wins over the free default",
+    ),
+    pytest.param(code(137, "OOMKilled"), [], NEVER, FAIL, None, id="OOMKilled is not a preemption"),
+    # Rules, in order.
+    pytest.param(code(1), [rule("FailJob", [1, 2])], ON_FAILURE, FAIL, 0, id="an In rule overrides OnFailure"),
+    pytest.param(
+        code(3), [rule("FailJob", [1, 2])], ON_FAILURE, RESTART, None, id="a non-matching In rule falls through"
+    ),
+    pytest.param(code(-9), [rule("Ignore", [137])], NEVER, IGNORE, 0, id="-9 matches a rule listing 137"),
+    pytest.param(
+        code(2), [rule("Ignore", [1]), rule("FailJob", [2]), rule("RestartJob", [2])], NEVER, FAIL, 1,
+        id="the first matching rule wins over a later one",
+    ),
+    pytest.param(
+        code(42), [rule("FailJob", [137, 143], "NotIn")], ON_FAILURE, FAIL, 0, id="NotIn matches an unlisted code"
+    ),
+    pytest.param(
+        code(143), [rule("FailJob", [137, 143], "NotIn")], NEVER, FAIL, None,
+        id="NotIn does not match a listed code, the shorthand decides",
+    ),
+    pytest.param(
+        code(143), [rule("Ignore", [143]), rule("FailJob", [137, 143], "NotIn")], NEVER, IGNORE, 0,
+        id="an Ignore rule on 143 makes SIGTERM free even under Never",
+    ),
+    pytest.param(
+        code(137, "OOMKilled"), [rule("FailJob", reasons=["OOMKilled"])], ON_FAILURE, FAIL, 0,
+        id="onReasons matches the reason",
+    ),
+    pytest.param(
+        code(137), [rule("FailJob", reasons=["OOMKilled"])], ON_FAILURE, RESTART, None,
+        id="onReasons does not match a cause without a reason",
+    ),
+    pytest.param(
+        code(137, "OOMKilled"), [rule("FailJob", [1], reasons=["OOMKilled"])], ON_FAILURE, RESTART, None,
+        id="with both conditions a right reason and a wrong code fall through",
+    ),
+    pytest.param(
+        code(1, "Error"), [rule("FailJob", [1], reasons=["OOMKilled"])], ON_FAILURE, RESTART, None,
+        id="with both conditions a right code and a wrong reason fall through",
+    ),
+    pytest.param(
+        code(137, "OOMKilled"), [rule("Ignore", [1]), rule("FailJob", [137], reasons=["OOMKilled"])], ON_FAILURE,
+        FAIL, 1, id="with both conditions matching the rule applies",
+    ),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("cause", "rules", "policy", "action", "index"), CLASSIFY)
+def test_classify(
+    cause: ExitCause, rules: list[Rule], policy: RestartPolicy | str, action: Action, index: int | None
+) -> None:
+    decision = classify(cause, rules, policy)
+    assert (decision.action, decision.rule_index) == (action, index)
+
+
+@pytest.mark.parametrize(
+    ("cause", "rules", "policy", "expected"),
+    [
+        pytest.param(
+            ExitCause(1, worker="n0/3"), [rule("FailJob", [1])], ON_FAILURE,
+            Decision(FAIL, 0, "exit code 1 of worker n0/3 matched failurePolicy.rules[0] (FailJob)"),
+            id="a rule decision names the rule",
+        ),
+        pytest.param(
+            ExitCause(-9, worker="n1/0"), [], EXIT_CODE,
+            Decision(
+                RESTART, None,
+                "exit code 137 (SIGKILL) of worker n1/0: no rule matched; "
+                "restartPolicy ExitCode retries signal deaths (>= 128) and lost nodes",
+            ),
+            id="a shorthand decision names the signal and the shorthand",
+        ),
+        pytest.param(
+            ExitCause(None, "Evicted"), [], NEVER,
+            Decision(IGNORE, None, "Evicted is a preemption, free by default (no rule matched)"),
+            id="a free preemption says why it is free",
+        ),
+    ],
+)  # fmt: skip
+def test_decisions_explain_themselves(
+    cause: ExitCause, rules: list[Rule], policy: RestartPolicy, expected: Decision
+) -> None:
+    assert classify(cause, rules, policy) == expected
+
+
+@pytest.mark.parametrize("policy", list(RestartPolicy), ids=lambda p: f"exit code 0 is refused under {p.value}")
+def test_exit_code_zero_is_never_classified(policy: RestartPolicy) -> None:
+    with pytest.raises(ValueError, match="exit code 0 is success"):
+        classify(ExitCause(0), [], policy)
+
+
+def test_actions_mirror_the_spec_rule_actions() -> None:
+    assert [a.value for a in Action] == [a.value for a in RuleAction]
+
+
+A, B, C = "n0/0", "n1/0", "n2/0"
+
+FIRST_CAUSE = [
+    pytest.param([ExitCause(1, worker=A, at=2.0), ExitCause(137, worker=B, at=1.0)], B, id="the earliest cause wins"),
+    pytest.param(
+        [ExitCause(1, worker=A, at=5.0), ExitCause(None, "Evicted", worker=B, at=5.0)], B,
+        id="on a tie a cause with a reason beats a collateral exit 1",
+    ),
+    pytest.param(
+        [ExitCause(1, worker=A, at=5.0), ExitCause(137, worker=B, at=5.0)], B,
+        id="on a tie a signal death beats a collateral exit 1",
+    ),
+    pytest.param(
+        [ExitCause(1, worker=A, at=5.0), ExitCause(-9, worker=B, at=5.0)], B,
+        id="on a tie a negative subprocess code counts as a signal death",
+    ),
+    pytest.param(
+        [ExitCause(137, worker=A, at=5.0), ExitCause(1, "NodeLost", worker=B, at=5.0)], B,
+        id="on a tie a reason beats a signal death",
+    ),
+    pytest.param(
+        [ExitCause(1, worker=A, at=5.0), ExitCause(1, worker=B, at=5.0), ExitCause(1, worker=C, at=5.0)], A,
+        id="a full tie keeps the order they were reported in",
+    ),
+    pytest.param(
+        [ExitCause(137, "OOMKilled", worker=A, at=9.0), ExitCause(1, worker=B, at=8.5)], B,
+        id="an earlier plain exit beats a later reason",
+    ),
+    pytest.param([ExitCause(2, worker=C)], C, id="a single cause is the first cause"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("causes", "worker"), FIRST_CAUSE)
+def test_first_cause(causes: list[ExitCause], worker: str) -> None:
+    assert first_cause(causes).worker == worker
+
+
+def test_first_cause_of_nothing_is_an_error() -> None:
+    with pytest.raises(ValueError, match="at least one cause"):
+        first_cause([])
+
+
+@pytest.mark.parametrize(
+    ("cause", "text", "signal_death"),
+    [
+        pytest.param(ExitCause(-9), "exit code 137 (SIGKILL)", True, id="-9 reads as 137 SIGKILL"),
+        pytest.param(
+            ExitCause(143, worker="w"), "exit code 143 (SIGTERM) of worker w", True, id="143 reads as SIGTERM"
+        ),
+        pytest.param(ExitCause(128), "exit code 128", True, id="128 names no signal"),
+        pytest.param(ExitCause(1, "Error"), "Error, exit code 1", False, id="a reason comes first"),
+        pytest.param(ExitCause(None, "NodeLost"), "NodeLost", False, id="a reason alone"),
+        pytest.param(ExitCause(None), "an unknown cause", False, id="nothing known"),
+    ],
+)  # fmt: skip
+def test_cause_descriptions(cause: ExitCause, text: str, signal_death: bool) -> None:
+    assert (cause.describe(), cause.signal_death) == (text, signal_death)
