@@ -119,12 +119,18 @@ def classify(cause: ExitCause, rules: Sequence[Rule], restart_policy: RestartPol
 
 
 def first_cause(causes: Iterable[ExitCause]) -> ExitCause:
-    """The root cause of an incident: the earliest; on a tie, one with a reason, then a signal death.
+    """The root cause of an incident among what its observers reported.
 
-    A tie is common when observations are stamped to the second; the platform's reason (Evicted) or a
-    SIGKILL explains the others' exit-1s, never the other way round. Remaining ties keep input order.
+    When one worker of an all-reduce job dies, every other worker's collective fails and its process exits
+    with 1 (an exception). Observers on different hosts stamp their reports with clocks that disagree by
+    more than that delay, so time alone cannot tell root from collateral. Hence the order: a platform
+    reason (Evicted, OOMKilled) first; then an exit code other than the collateral 1; then the earliest;
+    then a signal death. Remaining ties keep input order.
     """
     ordered = list(causes)
     if not ordered:
         raise ValueError("an incident needs at least one cause")
-    return min(ordered, key=lambda cause: (cause.at, cause.reason is None, not cause.signal_death))
+    return min(
+        ordered,
+        key=lambda cause: (cause.reason is None, cause.code in (1, None), cause.at, not cause.signal_death),
+    )

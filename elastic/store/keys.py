@@ -61,18 +61,21 @@ class JobKeys:
         return self.prefix + "closed"
 
     @property
-    def finished_prefix(self) -> str:
-        return self.prefix + "finished/"
+    def departed_prefix(self) -> str:
+        return self.prefix + "departed/"
 
-    def finished(self, member_id: str) -> str:
-        return self.finished_prefix + member_id
+    def departed(self, member_id: str) -> str:
+        return self.departed_prefix + member_id
 
     @property
     def incidents_prefix(self) -> str:
         return self.prefix + "incidents/"
 
+    def incidents(self, round_number: int) -> str:
+        return f"{self.incidents_prefix}{round_number}/"
+
     def incident(self, round_number: int, member_id: str) -> str:
-        return f"{self.incidents_prefix}{round_number}/{member_id}"
+        return f"{self.incidents(round_number)}{member_id}"
 
     @property
     def progress_prefix(self) -> str:

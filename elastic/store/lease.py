@@ -67,10 +67,12 @@ class LeaseKeeper:
 
     def _lose(self, reason: str) -> None:
         self.lost_reason = reason
-        self.lost.set()
         log.warning("lease %x lost: %s", self.lease_id, reason)
-        if self._on_lost is not None:
-            self._on_lost(reason)
+        try:
+            if self._on_lost is not None:
+                self._on_lost(reason)
+        finally:
+            self.lost.set()  # last, so that a waiter on `lost` sees the callback's effects
 
     def stop(self) -> None:
         """Stop refreshing (the lease then expires after its TTL)."""

@@ -181,8 +181,16 @@ FIRST_CAUSE = [
         id="a full tie keeps the order they were reported in",
     ),
     pytest.param(
-        [ExitCause(137, "OOMKilled", worker=A, at=9.0), ExitCause(1, worker=B, at=8.5)], B,
-        id="an earlier plain exit beats a later reason",
+        [ExitCause(137, "OOMKilled", worker=A, at=9.0), ExitCause(1, worker=B, at=8.5)], A,
+        id="a reason beats an earlier collateral exit 1",
+    ),
+    pytest.param(
+        [ExitCause(1, worker=A, at=1.0), ExitCause(3, worker=B, at=2.0)], B,
+        id="a distinct exit code beats an earlier collateral exit 1 (clocks of observers disagree)",
+    ),
+    pytest.param(
+        [ExitCause(3, worker=A, at=2.0), ExitCause(137, worker=B, at=1.0)], B,
+        id="between two root-like causes the earliest wins",
     ),
     pytest.param([ExitCause(2, worker=C)], C, id="a single cause is the first cause"),
 ]  # fmt: skip

@@ -1,0 +1,156 @@
+"""Real torchrun agents as processes, for tests, benchmarks and demos of the `etcd-v3` backend.
+
+One `AgentProcess` is one `torchrun` (or `elastic agent`) process with its own session, so that a test can
+kill the whole agent with its workers (a node loss) or one worker alone (a crash), and read back the
+training steps the example script prints.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+EXAMPLE_SCRIPT = Path(__file__).resolve().parent.parent / "examples" / "train_ddp.py"
+STEP_LINE = re.compile(r"^step=(\d+) loss=([\d.]+) world_size=(\d+) restart=(\d+) time=([\d.]+)$", re.M)
+
+
+@dataclass(frozen=True)
+class Step:
+    step: int
+    loss: float
+    world_size: int
+    restart: int
+    time: float
+
+
+def wait_until(predicate: Callable[[], object], timeout: float, interval: float = 0.1) -> bool:
+    """Poll `predicate` until it is truthy or `timeout` passes: the only way tests wait."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval)
+    return bool(predicate())
+
+
+def torchrun_command(
+    endpoint: str,
+    run_id: str,
+    nnodes: str,
+    script_args: Sequence[str],
+    conf: dict[str, object] | None = None,
+    backend: str = "etcd-v3",
+    nproc_per_node: int = 1,
+    max_restarts: int = 100,
+    launcher: Sequence[str] = (sys.executable, "-m", "torch.distributed.run"),
+    script: Path = EXAMPLE_SCRIPT,
+) -> list[str]:
+    command = [
+        *launcher,
+        f"--rdzv-backend={backend}",
+        f"--rdzv-endpoint={endpoint}",
+        f"--rdzv-id={run_id}",
+        f"--nnodes={nnodes}",
+        f"--nproc-per-node={nproc_per_node}",
+        f"--max-restarts={max_restarts}",
+        "--monitor-interval=0.2",
+        "--local-addr=127.0.0.1",
+    ]
+    if conf:
+        command.append("--rdzv-conf=" + ",".join(f"{k}={v}" for k, v in conf.items()))
+    return [*command, str(script), *script_args]
+
+
+class AgentProcess:
+    """One agent process (torchrun or compatible) with its output in a log file."""
+
+    def __init__(self, command: Sequence[str], log_path: Path, env: dict[str, str] | None = None) -> None:
+        self.command = list(command)
+        self.log_path = log_path
+        self.env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", **(env or {})}
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> AgentProcess:
+        with self.log_path.open("ab") as log:
+            self.process = subprocess.Popen(
+                self.command, stdout=log, stderr=subprocess.STDOUT, env=self.env, start_new_session=True
+            )
+        return self
+
+    @property
+    def pid(self) -> int:
+        assert self.process is not None
+        return self.process.pid
+
+    def output(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def steps(self) -> list[Step]:
+        return [
+            Step(int(m[1]), float(m[2]), int(m[3]), int(m[4]), float(m[5])) for m in STEP_LINE.finditer(self.output())
+        ]
+
+    def worker_pids(self) -> list[int]:
+        """The training processes this agent started (its direct children)."""
+        return children_of(self.pid)
+
+    def kill_worker(self, sig: int = signal.SIGKILL) -> int:
+        """Kill one training process while the agent lives (a worker crash)."""
+        pids = self.worker_pids()
+        if not pids:
+            raise RuntimeError(f"agent {self.pid} has no worker to kill")
+        os.kill(pids[0], sig)
+        return pids[0]
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        """Kill the agent and its workers at once (a node loss)."""
+        if self.process is None or self.process.poll() is not None:
+            return
+        for pid in [*self.worker_pids(), self.pid]:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
+        self.process.wait()
+
+    def wait(self, timeout: float) -> int:
+        assert self.process is not None
+        return self.process.wait(timeout)
+
+    @property
+    def returncode(self) -> int | None:
+        return self.process.poll() if self.process else None
+
+    def stop(self) -> None:
+        """Leave nothing behind: the agent and its workers (which torch starts in sessions of their own)."""
+        self.kill()
+
+    def __enter__(self) -> AgentProcess:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def _stat_fields(pid: int) -> list[str] | None:
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return text[text.rindex(")") + 2 :].split()
+
+
+def children_of(pid: int) -> list[int]:
+    result = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            fields = _stat_fields(int(entry.name))
+            if fields and fields[1] == str(pid) and fields[0] != "Z":
+                result.append(int(entry.name))
+    return sorted(result)

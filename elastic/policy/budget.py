@@ -1,0 +1,68 @@
+"""The job-level retry budget (DESIGN §3.2-3.4): pure arithmetic, no I/O.
+
+The budget counts failure-caused round transitions of the whole job. A charge is keyed by the round it
+ends, which makes charging idempotent: N agents (or a controller re-running a step after a crash) that
+report the same incident charge it once. The transaction that ends the round writes the charged budget,
+so the arithmetic here never races.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, replace
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Charge:
+    """One incident that cost a restart."""
+
+    round: int  # the round the incident ended
+    reason: str  # stable CamelCase: WorkerFailure, MemberLost, ...
+    cause: str  # for people: what happened, where
+    exit_code: int | None = None
+    member: str | None = None
+    at: float = 0.0
+
+
+@dataclass(frozen=True)
+class Budget:
+    max: int
+    used: int = 0
+    charges: tuple[Charge, ...] = ()
+
+    @property
+    def exceeded(self) -> bool:
+        """More failures than `maxRestarts` allows: the job must close."""
+        return self.used > self.max
+
+    @property
+    def remaining(self) -> int:
+        return max(self.max - self.used, 0)
+
+    def charged_for(self, round_number: int) -> bool:
+        return any(c.round == round_number for c in self.charges)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"max": self.max, "used": self.used, "charges": [asdict(c) for c in self.charges]}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Budget:
+        return cls(
+            max=int(data["max"]),
+            used=int(data.get("used", 0)),
+            charges=tuple(Charge(**c) for c in data.get("charges", ())),
+        )
+
+
+def charge(budget: Budget, incident: Charge) -> Budget:
+    """The budget after one incident. Charging the same round twice changes nothing."""
+    if budget.charged_for(incident.round):
+        return budget
+    return replace(budget, used=budget.used + 1, charges=(*budget.charges, incident))
+
+
+def exhausted_message(budget: Budget) -> str:
+    """Why the job closed, naming the budget and the incident that spent it."""
+    last = budget.charges[-1] if budget.charges else None
+    where = f"; last: round {last.round}, {last.reason}: {last.cause}" if last else ""
+    return f"restart budget spent: {budget.used} failure(s) > maxRestarts {budget.max}{where}"

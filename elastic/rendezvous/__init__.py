@@ -1,0 +1,1 @@
+"""Rendezvous on etcd v3: the round protocol, its executor, and the torchrun handler (`etcd-v3`)."""

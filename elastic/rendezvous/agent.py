@@ -1,0 +1,59 @@
+"""`elastic agent`: torchrun with the etcd-v3 backend as default and worker exit codes reported to it.
+
+Stock torchrun never tells a rendezvous handler *why* it re-rendezvous; without an exit code, the job's
+failure rules (FailJob on exit code 3, ...) cannot be applied to a worker crash that the agent restarts in
+place. This launcher is torchrun itself (same arguments, same code path) with one addition: its agent
+hands the first failed worker's exit code to the handler before re-rendezvous. It also makes the job
+budget, not torchrun's per-agent counter, the limit that matters: `--max-restarts` defaults to a large
+number here.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+
+from torch.distributed.elastic.agent.server.api import RunResult, WorkerGroup
+from torch.distributed.elastic.agent.server.local_elastic_agent import LocalElasticAgent
+
+from elastic.rendezvous.handler import BACKEND, EtcdV3RendezvousHandler
+
+# torchrun's per-agent counter would otherwise end an agent long before the job budget is spent.
+DEFAULT_AGENT_RESTARTS = 1_000_000
+
+
+class ReportingAgent(LocalElasticAgent):
+    """torch's local agent, telling the etcd-v3 handler the exit code of its first failed worker."""
+
+    def _monitor_workers(self, worker_group: WorkerGroup) -> RunResult:
+        result = super()._monitor_workers(worker_group)
+        handler = worker_group.spec.rdzv_handler
+        if result.is_failed() and result.failures and isinstance(handler, EtcdV3RendezvousHandler):
+            first = min(result.failures.values(), key=lambda f: f.timestamp)
+            handler.report_worker_failure(first.exitcode, float(first.timestamp))
+        return result
+
+
+def with_defaults(argv: Sequence[str]) -> list[str]:
+    """torchrun's arguments, adding `--rdzv-backend=etcd-v3` and a high `--max-restarts` unless given."""
+    args = list(argv)
+    given = {a.split("=", 1)[0].replace("_", "-") for a in args if a.startswith("--")}
+    extra = []
+    if "--rdzv-backend" not in given:
+        extra.append(f"--rdzv-backend={BACKEND}")
+    if "--max-restarts" not in given:
+        extra.append(f"--max-restarts={DEFAULT_AGENT_RESTARTS}")
+    return extra + args
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    import torch.distributed.launcher.api as launcher_api
+    from torch.distributed.run import main as torchrun_main
+
+    # launch_agent() builds its agent from this module attribute: the one seam torchrun offers.
+    launcher_api.LocalElasticAgent = ReportingAgent  # type: ignore[misc]
+    torchrun_main(with_defaults(sys.argv[1:] if argv is None else argv))
+
+
+if __name__ == "__main__":
+    main()

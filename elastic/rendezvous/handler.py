@@ -1,0 +1,330 @@
+"""torch's `RendezvousHandler` for the `etcd-v3` backend: the executor of the round protocol.
+
+Decisions come from `protocol.py`; this class performs them against etcd and answers torch's agent:
+- `next_rendezvous()` ends the round it trained in (if still current) with the right incident, then
+  joins the next one and returns a fresh etcd-backed agent store for it;
+- `num_nodes_waiting()` turns positive on *any* membership change (a waiting joiner, a lost member, an
+  ended round, a closed job), answered from a watched copy of the job's keys without an etcd request;
+- `shutdown()` only takes this member out; it never closes the job for the others (DESIGN §3.9).
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import secrets
+import socket
+import sys
+import threading
+import time
+
+from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+from torch.distributed.elastic.rendezvous import (
+    RendezvousClosedError,
+    RendezvousConnectionError,
+    RendezvousHandler,
+    RendezvousInfo,
+    RendezvousStoreInfo,
+    RendezvousTimeoutError,
+)
+
+from elastic.errors import StoreUnavailableError
+from elastic.policy.exits import Action, ExitCause, first_cause
+from elastic.rendezvous.agent_store import EtcdAgentStore
+from elastic.rendezvous.config import RendezvousConfig
+from elastic.rendezvous.protocol import (
+    FINISHED,
+    MEMBER_LOST,
+    SCALE_UP,
+    WORKER_FAILURE,
+    Change,
+    Joined,
+    Refuse,
+    Seal,
+    Settings,
+    Target,
+    Wait,
+    join_step,
+    membership_change,
+)
+from elastic.rendezvous.run import Incident, JobRun, RunClosedError
+from elastic.rendezvous.state import Closed, JobState, Member, Round
+from elastic.rendezvous.view import JobView
+from elastic.store import LeaseKeeper, Store
+
+log = logging.getLogger(__name__)
+
+BACKEND = "etcd-v3"
+SCALE_DOWN = "ScaleDown"
+PREEMPTED = "Preempted"
+# Departures that are free whatever the rules say: the controller or the user chose them.
+VOLUNTARY = {SCALE_DOWN, SCALE_UP}
+
+
+class EtcdV3RendezvousHandler(RendezvousHandler):
+    def __init__(self, config: RendezvousConfig, store: Store | None = None) -> None:
+        self.config = config
+        self.settings = Settings(config.min_nodes, config.max_nodes, config.last_call_seconds)
+        self.member_id = f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(2)}"
+        self.store = store or Store(
+            config.endpoints, tls=config.tls, user=config.user, password=config.password, retry_seconds=15
+        )
+        self.run = JobRun(self.store, config.job)
+        self._view: JobView | None = None
+        self._job_lease: LeaseKeeper | None = None
+        self._member_lease: LeaseKeeper | None = None
+        self._joined: Round | None = None
+        self._joined_at = 0.0
+        self._pending: Change | None = None
+        self._worker_failure: ExitCause | None = None
+        self._lock = threading.Lock()
+        self._shut_down = False
+        atexit.register(self._at_exit)
+
+    # --- torch's interface ---
+
+    def get_backend(self) -> str:
+        return BACKEND
+
+    def get_run_id(self) -> str:
+        return self.config.run_id
+
+    @property
+    def use_agent_store(self) -> bool:
+        # Workers get a fresh MASTER_ADDR/PORT every round (rank 0 of the round picks a free port); no
+        # TCPStore lives across rounds (pytorch#135712).
+        return False
+
+    def next_rendezvous(self) -> RendezvousInfo:
+        try:
+            self._ensure_started()
+            if self._joined is not None:
+                self._end_trained_round()
+            joined = self._join()
+        except RunClosedError as err:
+            raise RendezvousClosedError(str(err)) from None
+        except StoreUnavailableError as err:
+            raise RendezvousConnectionError(str(err)) from None
+        with self._lock:
+            self._joined, self._pending, self._worker_failure = joined.round, None, None
+        assert self._view is not None
+        log.info("member %s joined round %d as rank %d of %d", self.member_id, joined.round.number, joined.rank,
+                 joined.round.world_size)
+        agent_store = EtcdAgentStore(
+            self.store, self.run.keys.store(joined.round.number), self._job_lease_id(), self._view
+        )
+        bootstrap = RendezvousStoreInfo.build(joined.rank, agent_store, local_addr=self.config.local_addr)
+        return RendezvousInfo(agent_store, joined.rank, joined.round.world_size, bootstrap)
+
+    def num_nodes_waiting(self) -> int:
+        with self._lock:
+            if self._joined is None or self._view is None:
+                return 0
+            if self._member_lease is not None and self._member_lease.lost.is_set():
+                self._pending = self._pending or Change(MEMBER_LOST, member=self.member_id)
+                return 1
+            change = membership_change(self._view.state(), self._joined.number, self.config.max_nodes)
+            if change is None:
+                return 0
+            self._pending = self._pending or change
+            return change.waiting
+
+    def is_closed(self) -> bool:
+        state = self._view.state() if self._view else self.run.read()
+        return state.closed is not None
+
+    def set_closed(self) -> None:
+        self.run.close(self.run.read(), Closed("Closed", f"closed by agent {self.member_id}", time.time()))
+
+    def shutdown(self) -> bool:
+        """Leave the job: as *finished* when every local worker exited 0, else as a loss or a stop.
+
+        torch calls this from a `finally` block, so the exception in flight (if any) says why the agent
+        ends: none means success; ChildFailedError means its workers failed and it gave up, which ends the
+        round with that failure's exit code, classified by the job's rules.
+        """
+        ending = sys.exc_info()[1]
+        if isinstance(ending, ChildFailedError):
+            self.report_worker_failure(*_first_failure(ending))
+            self._leave(None)
+        else:
+            self._leave(FINISHED if ending is None else None)
+        return True
+
+    # --- reported by `elastic agent` (torch's agent with exit codes) ---
+
+    def report_worker_failure(self, exit_code: int | None, at: float | None = None) -> None:
+        """The exit code of this agent's first failed worker; classified when the round ends."""
+        with self._lock:
+            if self._worker_failure is None:
+                self._worker_failure = ExitCause(exit_code, worker=self.member_id, at=at or time.time())
+
+    # --- the protocol's executor ---
+
+    def _ensure_started(self) -> None:
+        if self._view is not None:
+            if self._member_lease is not None and self._member_lease.lost.is_set():
+                self._member_lease = LeaseKeeper.grant(self.store, self.config.lease_seconds)
+            return
+        state = self.run.ensure_run(
+            self.config.run_id, self.config.max_restarts, self.config.ttl_seconds, self.config.reset
+        )
+        if state.job_lease is not None:
+            self._job_lease = LeaseKeeper(self.store, state.job_lease, self.config.ttl_seconds)
+            self._job_lease.start()
+        self._member_lease = LeaseKeeper.grant(self.store, self.config.lease_seconds)
+        self._joined_at = time.time()
+        self._view = JobView(self.run)
+
+    def _job_lease_id(self) -> int | None:
+        return self._job_lease.lease_id if self._job_lease else None
+
+    def _end_trained_round(self) -> None:
+        """End the round this agent trained in, if nobody has yet; one transaction decides who charges."""
+        assert self._joined is not None
+        number = self._joined.number
+        state = self.run.read()
+        change = self._pending or membership_change(state, number, self.config.max_nodes)
+        if change is None and _is_current(state, number):
+            # Our own workers failed: report, and give the other observers of the same incident a moment
+            # to report theirs, so that the round ends on the root cause.
+            self.run.report_cause(state, number, self.member_id, self._own_cause())
+            state = self._settle(number)
+        for _ in range(5):
+            if not _is_current(state, number):
+                self._fail_if_permanent(state)  # a late report can still be a permanent error
+                return
+            incident = self._incident(state, change)
+            if incident is None or self.run.end_round(state, state.round, incident):  # type: ignore[arg-type]
+                return
+            state = self.run.read()
+
+    def _own_cause(self) -> ExitCause:
+        return self._worker_failure or ExitCause(None, worker=self.member_id, at=time.time())
+
+    def _settle(self, number: int) -> JobState:
+        """Wait until every member of the round reported, the round ended, or `settle_seconds` passed."""
+        assert self._view is not None
+        deadline = time.monotonic() + self.config.settle_seconds
+        while True:
+            state = self.run.read()
+            current = state.round
+            if not _is_current(state, number) or (current and set(current.members) <= set(state.causes)):
+                return state
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return state
+            self._view.wait_for_change(state.revision, timeout=remaining)
+
+    def _fail_if_permanent(self, state: JobState) -> None:
+        if self._worker_failure is None:
+            return
+        incident = self.run.classify(state, WORKER_FAILURE, self._worker_failure)
+        if incident.action is Action.FAIL_JOB:
+            self.run.close(state, self.run.permanent_failure(incident))
+
+    def _incident(self, state: JobState, change: Change | None) -> Incident | None:
+        """What ends the round: a change this agent saw, else the root cause of the reported failures."""
+        if change is None:
+            causes = list(state.causes.values()) or [self._own_cause()]
+            return self.run.classify(state, WORKER_FAILURE, first_cause(causes))
+        if not change.ends_round_itself:
+            return None
+        if change.reason in VOLUNTARY:
+            return Incident(change.reason)
+        if change.reason == MEMBER_LOST:
+            return self.run.classify(state, MEMBER_LOST, ExitCause(None, reason="NodeLost", worker=change.member))
+        return self.run.classify(state, change.reason, ExitCause(None, reason=change.reason, worker=change.member))
+
+    def _join(self) -> Joined:
+        assert self._view is not None and self._member_lease is not None
+        deadline = time.monotonic() + self.config.join_timeout
+        after = self._joined.number if self._joined else None
+        gathered: frozenset[str] | None = None
+        quiet_since = time.monotonic()
+        while True:
+            state = self._view.state()
+            now_gathered = _gathered(state)
+            if now_gathered != gathered:
+                gathered, quiet_since = now_gathered, time.monotonic()
+            step = join_step(state, self.member_id, self.settings, time.monotonic() - quiet_since, after)
+            if isinstance(step, Joined):
+                return step
+            if isinstance(step, Refuse):
+                raise RendezvousClosedError(f"job closed ({step.reason}): {step.message}")
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise RendezvousTimeoutError(
+                    f"member {self.member_id} could not join a round of job {self.run.keys.namespace}/"
+                    f"{self.run.keys.name} within {self.config.join_timeout:g} s "
+                    f"(need {self.config.min_nodes} to {self.config.max_nodes} members; "
+                    f"{len(state.members)} present)"
+                )
+            if isinstance(step, Target):
+                self.run.put_member(self._member(step.round), self._member_lease.lease_id)
+                self._view.wait_for_change(state.revision, timeout=min(remaining, 1.0))
+            elif isinstance(step, Seal):
+                if not self.run.seal(state, step.round, step.ranks, step.members):
+                    self._view.wait_for_change(state.revision, timeout=min(remaining, 0.2))
+                else:
+                    self._view.wait_for_change(state.revision, timeout=min(remaining, 1.0))
+            elif isinstance(step, Wait):
+                wait = remaining if step.seconds is None else min(step.seconds, remaining)
+                self._view.wait_for_change(state.revision, timeout=max(min(wait, 1.0), 0.01))
+
+    def _member(self, target: int) -> Member:
+        return Member(
+            id=self.member_id,
+            target=target,
+            host=socket.gethostname(),
+            addr=self.config.local_addr or socket.getfqdn(),
+            pid=os.getpid(),
+            joined_at=self._joined_at,
+            worker=os.environ.get("ELASTIC_WORKER"),
+        )
+
+    # --- leaving ---
+
+    def _leave(self, departure: str | None) -> None:
+        """Take this member out. With a departure reason, others learn it was no loss."""
+        with self._lock:
+            if self._shut_down:
+                return
+            self._shut_down = True
+        try:
+            if self._joined is not None and self._worker_failure is not None:
+                self._end_trained_round()
+            if departure is not None and self._joined is not None and self._view is not None:
+                self.run.depart(self.run.read(), self.member_id, departure, self._joined.number)
+            if self._member_lease is not None:
+                self._member_lease.revoke()
+        except StoreUnavailableError as err:
+            log.warning("could not leave cleanly (%s); the member key expires with its lease", err)
+        finally:
+            if self._job_lease is not None:
+                self._job_lease.stop()
+            if self._view is not None:
+                self._view.close()
+
+    def _at_exit(self) -> None:
+        """torch skips shutdown() when a signal stops the agent: a stop on purpose, so free by default."""
+        if not self._shut_down and self._view is not None:
+            self._leave(PREEMPTED)
+
+
+def _is_current(state: JobState, number: int) -> bool:
+    """The round `number` is still the sealed, current round."""
+    return state.round is not None and state.round.number == number and state.round.sealed
+
+
+def _gathered(state: JobState) -> frozenset[str]:
+    current = state.round
+    if current is None or current.sealed:
+        return frozenset()
+    return frozenset(m.id for m in state.members.values() if m.target == current.number)
+
+
+def _first_failure(error: ChildFailedError) -> tuple[int | None, float | None]:
+    failure = min(error.failures.values(), key=lambda f: f.timestamp)
+    return failure.exitcode, float(failure.timestamp)

@@ -1,0 +1,248 @@
+"""The job's rendezvous state in etcd: every write the protocol makes, each one transaction.
+
+Used by the torchrun handler (agents) and by the controller alike, so that both end rounds and charge
+the budget in exactly the same way: a round-ending transaction compares the round's mod revision, which
+makes "one incident, one charge" hold however many observers race to report it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+from elastic.errors import PermanentError
+from elastic.policy.budget import Budget, Charge, charge, exhausted_message
+from elastic.policy.exits import Action, Decision, ExitCause, classify
+from elastic.rendezvous.protocol import FINISHED, all_finished
+from elastic.rendezvous.state import Closed, Departure, JobState, Member, Round
+from elastic.spec import RestartPolicy, Rule, parse_job
+from elastic.store import Delete, JobKeys, ModRevisionIs, Put, Store, dumps
+
+log = logging.getLogger(__name__)
+
+BACKOFF_LIMIT_EXCEEDED = "BackoffLimitExceeded"
+FAIL_JOB_RULE = "FailJobRule"
+SUCCEEDED = "Succeeded"
+
+
+class RunClosedError(PermanentError):
+    """The run is closed (budget spent, a FailJob rule, success, delete): no agent may join it."""
+
+    def __init__(self, closed: Closed, run_id: str | None = None) -> None:
+        self.closed = closed
+        super().__init__(f"job closed ({closed.reason}): {closed.message}" + (f" [run {run_id}]" if run_id else ""))
+
+
+class RunIdMismatchError(PermanentError):
+    pass
+
+
+@dataclass(frozen=True)
+class Incident:
+    """What ended a round and what it costs: the reason (stable), the first cause, the decision."""
+
+    reason: str
+    cause: ExitCause | None = None
+    decision: Decision | None = None
+
+    @property
+    def action(self) -> Action:
+        return self.decision.action if self.decision else Action.IGNORE
+
+
+class JobRun:
+    """One job's keys in etcd, with the transactions of the round protocol."""
+
+    def __init__(self, store: Store, keys: JobKeys) -> None:
+        self.store = store
+        self.keys = keys
+
+    # --- reading ---
+
+    def read(self) -> JobState:
+        entries, revision = self.store.get_prefix(self.keys.prefix)
+        return JobState.parse(self.keys, [e for e in entries if not self._bulky(e.key)], revision)
+
+    def _bulky(self, key: str) -> bool:
+        """Keys the protocol never decides on (the workers' store, progress reports)."""
+        return key.startswith((self.keys.store_root, self.keys.progress_prefix))
+
+    def failure_policy(self, state: JobState) -> tuple[Sequence[Rule], RestartPolicy]:
+        """The job's rules when a spec was submitted (controller, compose); else restart on any failure."""
+        if state.spec is None:
+            return (), RestartPolicy.ON_FAILURE
+        job = parse_job(state.spec)
+        return job.spec.failure_policy.rules, job.spec.restart_policy
+
+    def classify(self, state: JobState, reason: str, cause: ExitCause) -> Incident:
+        rules, restart_policy = self.failure_policy(state)
+        return Incident(reason, cause, classify(cause, rules, restart_policy))
+
+    # --- the run ---
+
+    def ensure_run(self, run_id: str, max_restarts: int, ttl_seconds: int, reset: bool = False) -> JobState:
+        """Create the run (run record, budget, first round) once; every later agent just reads it.
+
+        All of the run's keys hang on one job lease, kept alive by the agents; once none is left, the run
+        disappears after `ttl_seconds` (nothing of a finished run stays in etcd forever).
+        """
+        for _ in range(10):
+            state = self.read()
+            if state.run_id is None:
+                if self._create_run(run_id, max_restarts, ttl_seconds):
+                    return self.read()
+                continue
+            if state.run_id != run_id:
+                raise RunIdMismatchError(
+                    f"job {self.keys.namespace}/{self.keys.name} belongs to run {state.run_id!r}, "
+                    f"not {run_id!r}: use another job name (--rdzv-conf job=...) or wait until it is gone"
+                )
+            if state.closed is not None:
+                if reset:
+                    self.reset_closed(state)
+                    continue
+                raise RunClosedError(
+                    Closed(
+                        state.closed.reason,
+                        f"{state.closed.message}. Run id {run_id!r} is finished: start a new run with another "
+                        "--rdzv-id, or pass --rdzv-conf reset=1 to start this one afresh",
+                        state.closed.at,
+                    )
+                )
+            return state
+        raise PermanentError(f"could not initialise run {run_id!r}: its keys keep changing under us")
+
+    def _create_run(self, run_id: str, max_restarts: int, ttl_seconds: int) -> bool:
+        lease = self.store.grant(ttl_seconds)
+        now = time.time()
+        created = self.store.txn(
+            [ModRevisionIs(self.keys.run, 0)],
+            [
+                Put.json(
+                    self.keys.run,
+                    {"run_id": run_id, "lease": lease, "ttl": ttl_seconds, "created_at": now, "by": _origin()},
+                    lease,
+                ),
+                Put.json(self.keys.budget, Budget(max_restarts).to_json(), lease),
+                Put.json(self.keys.round, Round(0, opened_at=now).to_json(), lease),
+            ],
+        ).succeeded
+        if not created:
+            self.store.revoke(lease)
+        return created
+
+    def reset_closed(self, state: JobState) -> None:
+        """Forget a closed run (only if still closed as read: two agents resetting at once reset once)."""
+        entry = self.store.get(self.keys.closed)
+        if entry is None:
+            return
+        self.store.txn(
+            [ModRevisionIs(self.keys.closed, entry.mod_revision)], [Delete(self.keys.prefix, prefix=True)]
+        )
+        if state.job_lease:
+            self.store.revoke(state.job_lease)
+
+    # --- members ---
+
+    def put_member(self, member: Member, lease: int) -> None:
+        self.store.put_json(self.keys.member(member.id), member.to_json(), lease)
+
+    def seal(self, state: JobState, current: Round, ranks: dict[str, int], members: Sequence[Member]) -> bool:
+        """Seal the open round, if neither it nor any chosen member changed since they were read."""
+        sealed = Round(
+            current.number,
+            sealed=True,
+            members=ranks,
+            previous=current.previous,
+            opened_by=current.opened_by,
+            opened_at=current.opened_at,
+            sealed_at=time.time(),
+        )
+        compare = [ModRevisionIs(self.keys.round, current.mod_revision)]
+        compare += [ModRevisionIs(self.keys.member(m.id), m.mod_revision) for m in members]
+        return self.store.txn(compare, [Put.json(self.keys.round, sealed.to_json(), state.job_lease)]).succeeded
+
+    # --- ending rounds ---
+
+    def end_round(self, state: JobState, current: Round, incident: Incident) -> bool:
+        """End `current` by opening the next round; charge or close per the incident, in one transaction.
+
+        Returns False when `current` was no longer the current round (someone else ended it first): then
+        nothing is charged, which is what makes one incident cost one charge.
+        """
+        lease = state.job_lease
+        now = time.time()
+        following = Round(current.number + 1, previous=current.members, opened_by=incident.reason, opened_at=now)
+        ops: list[Put | Delete] = [
+            Put.json(self.keys.round, following.to_json(), lease),
+            Delete(self.keys.store(current.number), prefix=True),
+            Delete(self.keys.incidents(current.number), prefix=True),
+        ]
+        compare = [ModRevisionIs(self.keys.round, current.mod_revision)]
+        action = incident.action
+        if action is Action.RESTART_JOB and state.budget is not None:
+            cause = incident.cause
+            spent = charge(
+                state.budget,
+                Charge(
+                    round=current.number,
+                    reason=incident.reason,
+                    cause=cause.describe() if cause else incident.reason,
+                    exit_code=cause.code if cause else None,
+                    member=cause.worker if cause else None,
+                    at=now,
+                ),
+            )
+            compare.append(ModRevisionIs(self.keys.budget, state.budget_revision))
+            ops.append(Put.json(self.keys.budget, spent.to_json(), lease))
+            if spent.exceeded:
+                ops.append(Put.json(self.keys.closed, Closed(BACKOFF_LIMIT_EXCEEDED, exhausted_message(spent), now)
+                                    .to_json(), lease))
+        elif action is Action.FAIL_JOB:
+            ops.append(Put.json(self.keys.closed, self.permanent_failure(incident).to_json(), lease))
+        ended = self.store.txn(compare, ops).succeeded
+        if ended:
+            log.info("round %d ended: %s (%s)", current.number, incident.reason, action.value)
+        elif action is Action.FAIL_JOB:
+            # A permanent failure closes the job even if another observer ended the round first.
+            self.close(state, self.permanent_failure(incident))
+        return ended
+
+    def permanent_failure(self, incident: Incident) -> Closed:
+        text = incident.decision.reason_text if incident.decision else incident.reason
+        return Closed(FAIL_JOB_RULE, f"permanent failure: {text}", time.time())
+
+    def report_cause(self, state: JobState, round_number: int, member_id: str, cause: ExitCause) -> None:
+        """Record one observer's failure for the round, so the round ends on the incident's root cause."""
+        self.store.put_json(self.keys.incident(round_number, member_id), asdict(cause), state.job_lease)
+
+    def close(self, state: JobState, closed: Closed) -> bool:
+        """Close the job for every agent, unless it is closed already (the first reason stays)."""
+        return self.store.txn(
+            [ModRevisionIs(self.keys.closed, 0)], [Put.json(self.keys.closed, closed.to_json(), state.job_lease)]
+        ).succeeded
+
+    # --- leaving ---
+
+    def depart(self, state: JobState, member_id: str, reason: str, round_number: int) -> None:
+        """Record why a member leaves and remove its key, atomically, so nobody mistakes it for a loss."""
+        departure = Departure(reason, round_number, time.time())
+        self.store.txn(
+            [],
+            [
+                Put(self.keys.departed(member_id), dumps(asdict(departure)), state.job_lease),
+                Delete(self.keys.member(member_id)),
+            ],
+        )
+        if reason == FINISHED:
+            after = self.read()
+            if all_finished(after):
+                self.close(after, Closed(SUCCEEDED, "every member of the last round finished with exit 0", time.time()))
+
+
+def _origin() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"

@@ -1,0 +1,125 @@
+"""The round protocol's decisions as tables: state in, step out. No etcd, no processes."""
+
+from __future__ import annotations
+
+import pytest
+
+from elastic.policy.budget import Budget, Charge, charge, exhausted_message
+from elastic.rendezvous.protocol import (
+    MEMBER_LOST,
+    ROUND_ENDED,
+    SCALE_UP,
+    Change,
+    Joined,
+    Refuse,
+    Seal,
+    Settings,
+    Target,
+    Wait,
+    all_finished,
+    join_step,
+    membership_change,
+)
+from elastic.rendezvous.state import Closed, Departure, JobState, Member, Round
+
+SETTINGS = Settings(min_nodes=2, max_nodes=3, last_call_seconds=2.0)
+
+
+def state(round_: Round, *members: Member, closed: Closed | None = None, departed=None) -> JobState:
+    return JobState(round=round_, members={m.id: m for m in members}, closed=closed, departed=departed or {})
+
+
+def m(member_id: str, target: int, joined_at: float = 0.0) -> Member:
+    return Member(member_id, target, joined_at=joined_at)
+
+
+OPEN0 = Round(0)
+SEALED0 = Round(0, sealed=True, members={"a": 0, "b": 1})
+
+JOIN_CASES = [
+    ("a closed job refuses every joiner", state(OPEN0, closed=Closed("BackoffLimitExceeded", "spent")), "a", 0, None,
+     Refuse("BackoffLimitExceeded", "spent")),
+    ("a newcomer first writes its member key for the open round", state(OPEN0), "a", 0, None, Target(0)),
+    ("one member below min waits for more, with no deadline", state(OPEN0, m("a", 0)), "a", 10, None, Wait(None)),
+    ("at min, the rest of the last call is waited", state(OPEN0, m("a", 0), m("b", 0)), "a", 0.5, None, Wait(1.5)),
+    ("at min after a quiet last call, the round seals", state(OPEN0, m("a", 0), m("b", 0)), "a", 2.0, None,
+     Seal(OPEN0, {"a": 0, "b": 1}, (m("a", 0), m("b", 0)))),
+    ("at max the round seals at once", state(OPEN0, m("a", 0), m("b", 0), m("c", 0)), "c", 0.0, None,
+     Seal(OPEN0, {"a": 0, "b": 1, "c": 2}, (m("a", 0), m("b", 0), m("c", 0)))),
+    ("a member of the sealed round has joined it", state(SEALED0, m("a", 0), m("b", 0)), "b", 0, None,
+     Joined(SEALED0, 1)),
+    ("the round an agent trained in is not joined again", state(SEALED0, m("a", 0), m("b", 0)), "b", 0, 0,
+     Target(1)),
+    ("a late joiner targets the next round", state(SEALED0, m("a", 0), m("b", 0)), "c", 0, None, Target(1)),
+    ("a late joiner already waiting just waits", state(SEALED0, m("a", 0), m("b", 0), m("c", 1)), "c", 0, None,
+     Wait(None)),
+]
+
+
+@pytest.mark.parametrize(("st", "me", "quiet", "after", "expected"), [c[1:] for c in JOIN_CASES],
+                         ids=[c[0] for c in JOIN_CASES])
+def test_join_step(st, me, quiet, after, expected) -> None:
+    assert join_step(st, me, SETTINGS, quiet, after) == expected
+
+
+def test_survivors_keep_their_order_and_newcomers_follow_by_arrival() -> None:
+    reopened = Round(4, previous={"old1": 1, "old0": 0, "gone": 2})
+    st = state(reopened, m("new-early", 4, joined_at=1.0), m("old1", 4), m("new-late", 4, joined_at=2.0), m("old0", 4))
+    step = join_step(st, "old1", Settings(1, 3, 0.0), 0.0, None)
+    assert isinstance(step, Seal)
+    assert step.ranks == {"old0": 0, "old1": 1, "new-early": 2}, "beyond max, the latest arrival waits"
+
+
+CHANGE_CASES = [
+    ("a healthy round needs no change", state(SEALED0, m("a", 0), m("b", 0)), None),
+    ("a closed job makes every agent re-rendezvous (and exit)",
+     state(SEALED0, m("a", 0), m("b", 0), closed=Closed("FailJobRule", "x")), Change("Closed")),
+    ("a round ended by someone else only asks to re-join", state(Round(1), m("a", 0), m("b", 1)),
+     Change(ROUND_ENDED)),
+    ("a member whose lease went is lost", state(SEALED0, m("a", 0)), Change(MEMBER_LOST, member="b")),
+    ("a member that finished is not lost", state(SEALED0, m("a", 0), departed={"b": Departure("Finished", 0)}), None),
+    ("a stopped member is a departure with its reason",
+     state(SEALED0, m("a", 0), departed={"b": Departure("Preempted", 0)}), Change("Preempted", member="b")),
+    ("a waiting joiner below max is a scale-up", state(SEALED0, m("a", 0), m("b", 0), m("c", 1)),
+     Change(SCALE_UP, waiting=1)),
+    ("a waiting joiner at max waits unseen (no restart loop)",
+     state(Round(0, sealed=True, members={"a": 0, "b": 1, "c": 2}), m("a", 0), m("b", 0), m("c", 0), m("d", 1)),
+     None),
+]
+
+
+@pytest.mark.parametrize(("st", "expected"), [c[1:] for c in CHANGE_CASES], ids=[c[0] for c in CHANGE_CASES])
+def test_membership_change(st, expected) -> None:
+    assert membership_change(st, joined_round=0, max_nodes=3) == expected
+
+
+def test_all_finished_only_when_every_member_departed_finished() -> None:
+    done = {"a": Departure("Finished", 0), "b": Departure("Finished", 0)}
+    assert all_finished(state(SEALED0, departed=done))
+    assert not all_finished(state(SEALED0, m("b", 0), departed={"a": done["a"]}))
+    assert not all_finished(state(SEALED0, departed={"a": done["a"], "b": Departure("Preempted", 0)}))
+
+
+BUDGET_CASES = [
+    ("a first incident charges one", Budget(2), Charge(0, "WorkerFailure", "x"), 1, False),
+    ("the same round twice charges once", Budget(2, 1, (Charge(0, "WorkerFailure", "x"),)),
+     Charge(0, "MemberLost", "y"), 1, False),
+    ("charging past max exceeds the budget", Budget(1, 1, (Charge(0, "WorkerFailure", "x"),)),
+     Charge(1, "WorkerFailure", "y"), 2, True),
+    ("a zero budget is exceeded by the first incident", Budget(0), Charge(3, "MemberLost", "z"), 1, True),
+]
+
+
+@pytest.mark.parametrize(("budget", "incident", "used", "exceeded"), [c[1:] for c in BUDGET_CASES],
+                         ids=[c[0] for c in BUDGET_CASES])
+def test_budget_charge(budget, incident, used, exceeded) -> None:
+    after = charge(budget, incident)
+    assert (after.used, after.exceeded) == (used, exceeded)
+    assert Budget.from_json(after.to_json()) == after
+
+
+def test_exhausted_message_names_budget_and_last_incident() -> None:
+    spent = charge(charge(Budget(1), Charge(0, "WorkerFailure", "exit code 137")), Charge(2, "MemberLost", "node n2"))
+    assert exhausted_message(spent) == (
+        "restart budget spent: 2 failure(s) > maxRestarts 1; last: round 2, MemberLost: node n2"
+    )
