@@ -47,7 +47,7 @@ import time
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import torch
 import torch.distributed as dist
@@ -75,6 +75,18 @@ class Env:
     rank: int
     world_size: int
     restart: int
+
+
+def emit(line: str, stream: TextIO | None = None) -> None:
+    """Write one whole line in one call and flush.
+
+    torchrun starts workers with `python -u`, where `print` issues the text and the newline as two
+    writes: lines of two ranks sharing a pipe then interleave ("started rank=0 ...started rank=1 ...").
+    One write of a short line to a pipe is atomic, so parsers always see whole lines.
+    """
+    out = stream if stream is not None else sys.stdout
+    out.write(line + "\n")
+    out.flush()
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -106,7 +118,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--crash-once-marker",
         default=None,
-        help="file created at the crash; if it exists already there is no crash (without it: crash every time)",
+        help="file created at the crash (relative: in the checkpoint dir); if it exists already there is no "
+        "crash (without it: crash every time)",
     )
     args = parser.parse_args(argv)
     if args.steps < 0:
@@ -195,14 +208,14 @@ def maybe_crash(args: argparse.Namespace, step: int, env: Env) -> None:
     if env.rank != (1 if env.world_size > 1 else 0):
         return
     if args.crash_once_marker:
-        marker = Path(args.crash_once_marker)
+        marker = Path(args.checkpoint_dir) / args.crash_once_marker  # a relative marker lives with the run
         marker.parent.mkdir(parents=True, exist_ok=True)
         try:
             with open(marker, "x") as f:  # exclusive create: two racing processes cannot both crash
                 f.write(f"crashed at step {step} rank {env.rank} pid {os.getpid()}\n")
         except FileExistsError:
             return
-    print(f"crashing rank={env.rank} step={step} exit_code={args.crash_exit_code}", file=sys.stderr, flush=True)
+    emit(f"crashing rank={env.rank} step={step} exit_code={args.crash_exit_code}", sys.stderr)
     os._exit(args.crash_exit_code)  # no cleanup, like a real crash
 
 
@@ -232,9 +245,7 @@ class ProgressReporter:
         except Exception as err:  # report failures of any kind, once, and carry on training
             if not self._warned:
                 self._warned = True
-                print(
-                    f"progress report to {self.key!r} failed (not retried loudly): {err!r}", file=sys.stderr, flush=True
-                )
+                emit(f"progress report to {self.key!r} failed (later failures are not logged): {err!r}", sys.stderr)
 
     def close(self) -> None:
         if self._store is not None:
@@ -255,7 +266,7 @@ def train(args: argparse.Namespace, env: Env) -> int:
         model.load_state_dict(ckpt["model"])
         optimizer.load_state_dict(ckpt["optimizer"])
         start = int(ckpt["step"])
-    print(f"started rank={env.rank} world_size={env.world_size} resumed_from={start}", flush=True)
+    emit(f"started rank={env.rank} world_size={env.world_size} resumed_from={start}")
 
     ddp = DistributedDataParallel(model)
     teacher = teacher_weights(args.seed)
@@ -279,10 +290,9 @@ def train(args: argparse.Namespace, env: Env) -> int:
             dist.all_reduce(mean_loss)
             mean = mean_loss.item() / env.world_size
             if env.rank == 0:
-                print(
+                emit(
                     f"step={step} loss={mean:.4f} world_size={env.world_size} "
-                    f"restart={env.restart} time={time.time():.3f}",
-                    flush=True,
+                    f"restart={env.restart} time={time.time():.3f}"
                 )
             if step % args.checkpoint_every == 0:
                 save_checkpoint(ckpt_path, model, optimizer, step, env)
@@ -308,7 +318,7 @@ def main(argv: list[str] | None = None) -> None:
         step = train(args, env)
         dist.barrier()
         if env.rank == 0:
-            print(f"done step={step}", flush=True)
+            emit(f"done step={step}")
     finally:
         dist.destroy_process_group()
     sys.exit(0)

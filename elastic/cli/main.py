@@ -10,10 +10,10 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from elastic.cli import etcd_cmd
+from elastic.cli import chaos_cmd, etcd_cmd, jobs_cmd, run_cmd
 from elastic.errors import ElasticError
 
-VERBS = [etcd_cmd]
+VERBS = [run_cmd, jobs_cmd, chaos_cmd, etcd_cmd]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-from torch.distributed.elastic.agent.server.api import RunResult, WorkerGroup
+from torch.distributed.elastic.agent.server.api import RunResult, WorkerGroup, WorkerState
 from torch.distributed.elastic.agent.server.local_elastic_agent import LocalElasticAgent
 
 from elastic.rendezvous.handler import BACKEND, EtcdV3RendezvousHandler
@@ -28,9 +28,13 @@ class ReportingAgent(LocalElasticAgent):
     def _monitor_workers(self, worker_group: WorkerGroup) -> RunResult:
         result = super()._monitor_workers(worker_group)
         handler = worker_group.spec.rdzv_handler
-        if result.is_failed() and result.failures and isinstance(handler, EtcdV3RendezvousHandler):
+        if not isinstance(handler, EtcdV3RendezvousHandler):
+            return result
+        if result.is_failed() and result.failures:
             first = min(result.failures.values(), key=lambda f: f.timestamp)
             handler.report_worker_failure(first.exitcode, float(first.timestamp))
+        elif result.state == WorkerState.SUCCEEDED:
+            handler.report_local_success()
         return result
 
 

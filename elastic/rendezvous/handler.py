@@ -66,7 +66,9 @@ class EtcdV3RendezvousHandler(RendezvousHandler):
     def __init__(self, config: RendezvousConfig, store: Store | None = None) -> None:
         self.config = config
         self.settings = Settings(config.min_nodes, config.max_nodes, config.last_call_seconds)
-        self.member_id = f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(2)}"
+        # The controller's worker name leads the id, so that it can tell which member a worker was.
+        origin = os.environ.get("ELASTIC_WORKER") or socket.gethostname()
+        self.member_id = f"{origin}-{os.getpid()}-{secrets.token_hex(2)}"
         self.store = store or Store(
             config.endpoints, tls=config.tls, user=config.user, password=config.password, retry_seconds=15
         )
@@ -159,6 +161,11 @@ class EtcdV3RendezvousHandler(RendezvousHandler):
         with self._lock:
             if self._worker_failure is None:
                 self._worker_failure = ExitCause(exit_code, worker=self.member_id, at=at or time.time())
+
+    def report_local_success(self) -> None:
+        """Every local worker exited 0 (the agent now waits in torch's exit barrier for the others)."""
+        if self._joined is not None and self._view is not None:
+            self.run.report_done(self._view.state(), self.member_id, self._joined.number)
 
     # --- the protocol's executor ---
 

@@ -69,7 +69,7 @@ class JobRun:
 
     def _bulky(self, key: str) -> bool:
         """Keys the protocol never decides on (the workers' store, progress reports)."""
-        return key.startswith((self.keys.store_root, self.keys.progress_prefix))
+        return key.startswith((self.keys.store_root, self.keys.progress, self.keys.workers_prefix))
 
     def failure_policy(self, state: JobState) -> tuple[Sequence[Rule], RestartPolicy]:
         """The job's rules when a spec was submitted (controller, compose); else restart on any failure."""
@@ -216,6 +216,15 @@ class JobRun:
         text = incident.decision.reason_text if incident.decision else incident.reason
         return Closed(FAIL_JOB_RULE, f"permanent failure: {text}", time.time())
 
+    def announce_departure(self, state: JobState, member_id: str, reason: str, round_number: int) -> None:
+        """Say why a member is about to leave (the controller scaling down), before it is stopped."""
+        departure = Departure(reason, round_number, time.time())
+        self.store.put_json(self.keys.departed(member_id), asdict(departure), state.job_lease)
+
+    def report_done(self, state: JobState, member_id: str, round_number: int) -> None:
+        """This member's local workers all exited 0 in this round (what a Rank0 success policy waits for)."""
+        self.store.put_json(self.keys.done(member_id), {"round": round_number, "at": time.time()}, state.job_lease)
+
     def report_cause(self, state: JobState, round_number: int, member_id: str, cause: ExitCause) -> None:
         """Record one observer's failure for the round, so the round ends on the incident's root cause."""
         self.store.put_json(self.keys.incident(round_number, member_id), asdict(cause), state.job_lease)
@@ -229,14 +238,16 @@ class JobRun:
     # --- leaving ---
 
     def depart(self, state: JobState, member_id: str, reason: str, round_number: int) -> None:
-        """Record why a member leaves and remove its key, atomically, so nobody mistakes it for a loss."""
-        departure = Departure(reason, round_number, time.time())
+        """Record why a member leaves and remove its key, atomically, so nobody mistakes it for a loss.
+
+        A reason recorded before (the controller's ScaleDown, written before it stops the agent) stays.
+        """
+        key = self.keys.departed(member_id)
+        departure = Put(key, dumps(asdict(Departure(reason, round_number, time.time()))), state.job_lease)
         self.store.txn(
-            [],
-            [
-                Put(self.keys.departed(member_id), dumps(asdict(departure)), state.job_lease),
-                Delete(self.keys.member(member_id)),
-            ],
+            [ModRevisionIs(key, 0)],
+            [departure, Delete(self.keys.member(member_id))],
+            [Delete(self.keys.member(member_id))],
         )
         if reason == FINISHED:
             after = self.read()

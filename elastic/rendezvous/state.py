@@ -140,6 +140,7 @@ class JobState:
     departed: dict[str, Departure] = field(default_factory=dict)
     spec: dict[str, Any] | None = None
     causes: dict[str, ExitCause] = field(default_factory=dict)  # failures reported in the current round
+    done: dict[str, int] = field(default_factory=dict)  # member -> round in which its workers all exited 0
     revision: int = 0
 
     @classmethod
@@ -149,6 +150,7 @@ class JobState:
         members: dict[str, Member] = {}
         departed: dict[str, Departure] = {}
         reports: dict[str, tuple[str, ExitCause]] = {}
+        done: dict[str, int] = {}
         for entry in entries:
             key = entry.key
             if key == keys.run:
@@ -167,8 +169,12 @@ class JobState:
                 members[member_id] = Member.from_entry(member_id, entry)
             elif key.startswith(keys.departed_prefix):
                 departed[key[len(keys.departed_prefix) :]] = Departure(**entry.json())
+            elif key.startswith(keys.done_prefix):
+                done[key[len(keys.done_prefix) :]] = int(entry.json()["round"])
             elif key.startswith(keys.incidents_prefix):
                 round_text, _, member_id = key[len(keys.incidents_prefix) :].partition("/")
                 reports[member_id] = (round_text, ExitCause(**entry.json()))
         causes = {m: c for m, (r, c) in reports.items() if rnd is not None and r == str(rnd.number)}
-        return cls(run_id, job_lease, rnd, members, budget, budget_revision, closed, departed, spec, causes, revision)
+        return cls(
+            run_id, job_lease, rnd, members, budget, budget_revision, closed, departed, spec, causes, done, revision
+        )

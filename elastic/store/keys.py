@@ -78,11 +78,15 @@ class JobKeys:
         return f"{self.incidents(round_number)}{member_id}"
 
     @property
-    def progress_prefix(self) -> str:
-        return self.prefix + "progress/"
+    def progress(self) -> str:
+        return self.prefix + "progress"
 
-    def progress(self, rank: int) -> str:
-        return f"{self.progress_prefix}{rank}"
+    @property
+    def done_prefix(self) -> str:
+        return self.prefix + "done/"
+
+    def done(self, member_id: str) -> str:
+        return self.done_prefix + member_id
 
     @property
     def store_root(self) -> str:

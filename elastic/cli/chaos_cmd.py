@@ -1,0 +1,47 @@
+"""`elastic chaos kill`: fault injection for demos and tests (local workers)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+
+from elastic.agents import children_of
+from elastic.cli.common import add_etcd_option, connect
+from elastic.errors import PermanentError
+from elastic.store import JobKeys
+
+
+def register(verbs: argparse._SubParsersAction) -> None:
+    chaos = verbs.add_parser("chaos", help="inject faults into a running job (demos, tests)")
+    faults = chaos.add_subparsers(dest="fault", metavar="FAULT", required=True)
+    kill = faults.add_parser("kill", help="kill a worker's agent (a node loss) or one training process")
+    kill.add_argument("job", help="namespace/name or name")
+    kill.add_argument("--worker", help="worker name (default: the first one)")
+    kill.add_argument("--training", action="store_true", help="kill one training process, not the agent")
+    kill.add_argument("--signal", type=int, default=int(signal.SIGKILL))
+    add_etcd_option(kill)
+    kill.set_defaults(run=kill_cmd)
+
+
+def kill_cmd(args: argparse.Namespace) -> int:
+    keys = JobKeys.parse(args.job)
+    with connect(args.etcd) as store:
+        entries, _ = store.get_prefix(keys.workers_prefix)
+    workers = {e.key[len(keys.workers_prefix) :]: e.json()["pid"] for e in entries}
+    if not workers:
+        raise PermanentError(f"job {keys.namespace}/{keys.name} has no local workers to kill")
+    name = args.worker or sorted(workers)[0]
+    if name not in workers:
+        raise PermanentError(f"no worker {name!r}; workers: {', '.join(sorted(workers))}")
+    pid = workers[name]
+    targets = children_of(pid)[:1] if args.training else [pid]
+    if not targets:
+        raise PermanentError(f"worker {name} has no training process right now")
+    if not args.training:
+        targets += children_of(pid)  # with its training processes, as a node loss would
+    for target in targets:
+        os.kill(target, args.signal)
+    what = "training process" if args.training else "agent"
+    print(f"sent signal {args.signal} to the {what} of {name} (pid {targets[0]})")
+    return 0

@@ -1,0 +1,103 @@
+"""`elastic run JOB.yaml` (the main job on this machine) and `elastic controller` (the controller alone)."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from elastic.cli.common import StatusPrinter, add_etcd_option, connect, format_status_line
+from elastic.cluster.local import LocalProcesses
+from elastic.controller.loop import JobController
+from elastic.controller.manager import LocalControllerManager
+from elastic.controller.submit import submit_job
+from elastic.rendezvous.run import JobRun
+from elastic.rendezvous.state import Closed
+from elastic.spec import load_job
+from elastic.store import JobKeys
+from elastic.store.server import EtcdServer
+
+
+def register(verbs: argparse._SubParsersAction) -> None:
+    run = verbs.add_parser(
+        "run",
+        help="run an ElasticJob on this machine (managed etcd + controller + worker processes)",
+        description="Validate JOB.yaml, start a managed etcd unless --etcd is given, submit the job, run the "
+        "controller in this process with local worker processes, show progress, and exit 0 on Succeeded.",
+    )
+    run.add_argument("job_file", metavar="JOB.yaml", type=Path)
+    add_etcd_option(run, required=False)
+    run.add_argument("--log-dir", type=Path, default=None, help="where worker logs go (default: a temp dir)")
+    run.set_defaults(run=run_job)
+
+    controller = verbs.add_parser(
+        "controller",
+        help="run the controller alone against an etcd (every submitted job)",
+        description="Reconcile every ElasticJob found in etcd; local worker processes (Kubernetes: next).",
+    )
+    add_etcd_option(controller)
+    controller.add_argument("--backend", choices=["local"], default="local")
+    controller.add_argument("--log-dir", type=Path, default=Path(".elastic/logs"))
+    controller.set_defaults(run=run_controller)
+
+
+def run_job(args: argparse.Namespace) -> int:
+    job = load_job(args.job_file)  # a SpecError here means nothing was started and nothing written
+    log_dir = args.log_dir or Path(tempfile.mkdtemp(prefix=f"elastic-{job.metadata.name}-"))
+    server = None
+    if args.etcd is None:
+        server = EtcdServer().start()
+        print(f"etcd {server.version} started at {server.client_url} (v3 API only)", flush=True)
+    endpoints = args.etcd or server.client_url  # type: ignore[union-attr]
+    _stop_on_sigterm()
+    store = connect(endpoints)
+    keys = JobKeys(job.metadata.namespace, job.metadata.name)
+    workers = None
+    try:
+        job = submit_job(store, job)
+        print(f"job {job.key} submitted (run {job.metadata.uid}); worker logs in {log_dir}", flush=True)
+        workers = LocalProcesses(store, keys, log_dir)
+        controller = JobController(store, job, workers, endpoints)
+        status = controller.run_until_done(StatusPrinter())
+    except KeyboardInterrupt:
+        run = JobRun(store, keys)
+        run.close(run.read(), Closed("Interrupted", "stopped by the user (Ctrl-C)", time.time()))
+        print("interrupted: stopping workers", file=sys.stderr)
+        return 130
+    finally:
+        if workers is not None:
+            workers.stop_all()
+        store.close()
+        if server is not None:
+            server.remove()
+    print(format_status_line(status), flush=True)
+    if status.get("phase") == "Succeeded":
+        return 0
+    print(f"error: job {job.key} failed: {status.get('reason')}: {status.get('message')}", file=sys.stderr)
+    return 1
+
+
+def run_controller(args: argparse.Namespace) -> int:
+    _stop_on_sigterm()
+    store = connect(args.etcd)
+    manager = LocalControllerManager(store, args.etcd, args.log_dir)
+    printers: dict[str, StatusPrinter] = {}
+
+    def show(job: str, status: dict) -> None:
+        printers.setdefault(job, StatusPrinter())(status, job)
+
+    print(f"controller watching {args.etcd} (backend {args.backend})", flush=True)
+    manager.run_forever(show)
+    return 0
+
+
+def _stop_on_sigterm() -> None:
+    """SIGTERM ends the process like Ctrl-C, so that `finally` blocks stop the workers."""
+
+    def interrupt(*_: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupt)

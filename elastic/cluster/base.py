@@ -1,0 +1,42 @@
+"""The contract between the controller and a place that runs workers."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+
+@dataclass(frozen=True)
+class WorkerObservation:
+    """One worker (one agent with its `nprocPerNode` training processes) as last seen."""
+
+    name: str
+    alive: bool
+    exit_code: int | None = None  # None while alive, or when the end was not observed (adopted, node lost)
+    reason: str | None = None  # platform reason: OOMKilled, Evicted, NodeLost, ...
+    started_at: float = 0.0
+    stopping: bool = False  # the controller asked it to stop
+
+
+@dataclass(frozen=True)
+class WorkerLaunch:
+    """Everything needed to start one worker, decided by the controller, run by the WorkerSet."""
+
+    name: str
+    command: list[str]
+    env: dict[str, str]
+    working_dir: str | None = None
+
+
+class WorkerSet(Protocol):
+    def start(self, launch: WorkerLaunch) -> None: ...
+
+    def stop(self, name: str) -> None: ...
+
+    def observe(self) -> list[WorkerObservation]: ...
+
+    def forget(self, name: str) -> None:
+        """Drop an ended worker's record once its end was handled."""
+        ...
+
+    def close(self) -> None: ...

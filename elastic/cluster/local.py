@@ -1,0 +1,189 @@
+"""Workers as local processes: each one is an `elastic agent` (torchrun) with its own log file.
+
+Records live in etcd (`workers/<name>`: pid, log, start time), so that a controller that was killed and
+restarted adopts the processes it finds alive instead of orphaning them or starting duplicates. A process
+this controller started is its child and reports its exit code; an adopted one only reports that it is
+gone (the job's own keys in etcd say whether it finished or failed).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from elastic.agents import children_of
+from elastic.cluster.base import WorkerLaunch, WorkerObservation
+from elastic.store import JobKeys, Store
+
+log = logging.getLogger(__name__)
+
+STOP_GRACE_SECONDS = 15.0
+
+
+@dataclass
+class _Worker:
+    name: str
+    pid: int
+    started_at: float
+    log_path: str
+    process: subprocess.Popen[bytes] | None = None  # None when adopted from an earlier controller
+    exit_code: int | None = None
+    gone: bool = False
+    stop_requested_at: float | None = None
+    descendants: tuple[int, ...] = ()
+
+
+class LocalProcesses:
+    def __init__(self, store: Store, keys: JobKeys, log_dir: Path) -> None:
+        self.store = store
+        self.keys = keys
+        self.log_dir = log_dir
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self._workers: dict[str, _Worker] = {}
+        self._adopt()
+
+    def _adopt(self) -> None:
+        entries, _ = self.store.get_prefix(self.keys.workers_prefix)
+        for entry in entries:
+            record = entry.json()
+            name = entry.key[len(self.keys.workers_prefix) :]
+            worker = _Worker(name, int(record["pid"]), float(record["started_at"]), record.get("log", ""))
+            worker.gone = not _is_our_worker(worker.pid, name)
+            self._workers[name] = worker
+            log.info("adopted worker %s (pid %d, %s)", name, worker.pid, "gone" if worker.gone else "alive")
+
+    def start(self, launch: WorkerLaunch) -> None:
+        log_path = self.log_dir / f"{launch.name}.log"
+        env = {
+            # A per-run directory for checkpoints, unless the job sets its own: a new run never resumes
+            # from an old run's checkpoint by accident.
+            "ELASTIC_CHECKPOINT_DIR": str(self.log_dir / "checkpoints"),
+            **os.environ,
+            **launch.env,
+            "ELASTIC_WORKER": launch.name,
+            "PYTHONUNBUFFERED": "1",
+        }
+        with log_path.open("ab") as out:
+            process = subprocess.Popen(
+                launch.command,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=env,
+                cwd=launch.working_dir,
+                start_new_session=True,  # a Ctrl-C meant for the controller must not kill training
+            )
+        worker = _Worker(launch.name, process.pid, time.time(), str(log_path), process)
+        self._workers[launch.name] = worker
+        self.store.put_json(
+            self.keys.worker(launch.name), {"pid": process.pid, "started_at": worker.started_at, "log": str(log_path)}
+        )
+
+    def observe(self) -> list[WorkerObservation]:
+        result = []
+        for worker in self._workers.values():
+            self._refresh(worker)
+            alive = not worker.gone
+            if alive and worker.stop_requested_at and time.time() - worker.stop_requested_at > STOP_GRACE_SECONDS:
+                self._kill(worker)
+            result.append(
+                WorkerObservation(
+                    worker.name,
+                    alive,
+                    worker.exit_code,
+                    None,
+                    worker.started_at,
+                    worker.stop_requested_at is not None,
+                )
+            )
+        return result
+
+    def _refresh(self, worker: _Worker) -> None:
+        if worker.gone:
+            return
+        worker.descendants = tuple(sorted(set(worker.descendants) | set(_tree(worker.pid))))
+        if worker.process is not None:
+            code = worker.process.poll()
+            if code is not None:
+                worker.exit_code, worker.gone = code, True
+        elif not _is_our_worker(worker.pid, worker.name):
+            worker.gone = True
+        if worker.gone:
+            _kill_all(worker.descendants)  # a dead agent's training processes must not train on as orphans
+
+    def stop(self, name: str) -> None:
+        """Ask the agent to stop (SIGTERM: torch's agent stops its workers); SIGKILL after a grace period."""
+        worker = self._workers.get(name)
+        if worker is None or worker.gone or worker.stop_requested_at is not None:
+            return
+        worker.stop_requested_at = time.time()
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(worker.pid, signal.SIGTERM)
+
+    def _kill(self, worker: _Worker) -> None:
+        self._refresh(worker)
+        _kill_all((*worker.descendants, worker.pid))
+        if worker.process is not None:
+            worker.process.wait()
+        self._refresh(worker)
+        worker.gone = True
+
+    def forget(self, name: str) -> None:
+        self._workers.pop(name, None)
+        self.store.delete(self.keys.worker(name))
+
+    def stop_all(self, timeout: float = STOP_GRACE_SECONDS) -> None:
+        """Stop every worker and wait until none is left (no orphan training processes)."""
+        for name in list(self._workers):
+            self.stop(name)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and any(not w.gone for w in self._workers.values()):
+            for worker in self._workers.values():
+                self._refresh(worker)
+            time.sleep(0.1)
+        for worker in self._workers.values():
+            if not worker.gone:
+                self._kill(worker)
+            _kill_all(worker.descendants)
+
+    def log_of(self, name: str) -> Path | None:
+        worker = self._workers.get(name)
+        return Path(worker.log_path) if worker and worker.log_path else None
+
+    def pids(self) -> dict[str, int]:
+        return {w.name: w.pid for w in self._workers.values() if not w.gone}
+
+    def close(self) -> None:
+        pass
+
+
+def _tree(pid: int) -> list[int]:
+    """The process and its descendants (torch starts training processes in sessions of their own)."""
+    result, frontier = [], [pid]
+    while frontier:
+        current = frontier.pop()
+        kids = children_of(current)
+        result.extend(kids)
+        frontier.extend(kids)
+    return result
+
+
+def _kill_all(pids: tuple[int, ...] | list[int]) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def _is_our_worker(pid: int, name: str) -> bool:
+    """pid is alive and is that worker (pids get reused)."""
+    try:
+        environ = Path(f"/proc/{pid}/environ").read_bytes()
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z" and f"ELASTIC_WORKER={name}".encode() in environ.split(b"\0")

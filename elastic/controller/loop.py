@@ -1,0 +1,148 @@
+"""The controller's executor: observe, reconcile, apply each action, write the status; repeat.
+
+It holds no state that matters between steps: everything it needs is re-read from etcd and the
+WorkerSet each time, so a controller killed mid-job and started again carries on where it was.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import time
+from collections.abc import Callable
+from typing import Any
+
+from elastic.cluster import WorkerSet
+from elastic.cluster.base import WorkerLaunch
+from elastic.controller.launch import agent_command, agent_env
+from elastic.controller.reconcile import (
+    CloseJob,
+    ForgetWorker,
+    HandleExit,
+    InitRun,
+    Observed,
+    StartWorkers,
+    StopWorker,
+    reconcile,
+)
+from elastic.controller.status import FINAL_PHASES, job_status, parse_timestamp
+from elastic.policy.exits import Action
+from elastic.rendezvous.run import JobRun
+from elastic.rendezvous.state import Closed
+from elastic.spec import ElasticJob, parse_job
+from elastic.store import JobKeys, Put, Store
+
+log = logging.getLogger(__name__)
+
+RUN_TTL_SECONDS = 3600
+
+
+class JobController:
+    """Drives one ElasticJob until it is final and none of its workers runs."""
+
+    def __init__(self, store: Store, job: ElasticJob, workers: WorkerSet, endpoints: str) -> None:
+        self.store = store
+        self.job = job
+        self.workers = workers
+        self.endpoints = endpoints
+        self.keys = JobKeys(job.metadata.namespace, job.metadata.name)
+        self.run = JobRun(store, self.keys)
+        self.status: dict[str, Any] = store.get_json(self.keys.status) or {}
+        self._appliers: dict[type, Callable[[Any, Observed], None]] = {
+            InitRun: self._init_run,
+            StartWorkers: self._start_workers,
+            StopWorker: self._stop_worker,
+            HandleExit: self._handle_exit,
+            ForgetWorker: lambda a, _: self.workers.forget(a.name),
+            CloseJob: self._close,
+        }
+
+    @property
+    def run_id(self) -> str:
+        return self.job.metadata.uid or self.job.metadata.name
+
+    def observe(self) -> Observed:
+        state = self.run.read()
+        if state.spec is not None:  # `elastic scale` edits the spec in etcd
+            self.job = parse_job(state.spec)
+        started = self.status.get("startTime")
+        return Observed(
+            self.job,
+            state,
+            tuple(self.workers.observe()),
+            started_at=parse_timestamp(started) if started else None,
+        )
+
+    def step(self) -> dict[str, Any]:
+        observed = self.observe()
+        actions = reconcile(observed)
+        for action in actions:
+            log.info("%s: %s", self.job.key, action)
+            self._appliers[type(action)](action, observed)
+        if actions:
+            observed = self.observe()
+        status = job_status(observed, self.status, self.store.get_json(self.keys.progress))
+        if status != self.status:
+            self.store.put_json(self.keys.status, status)
+            self.status = status
+        return status
+
+    def done(self) -> bool:
+        return self.status.get("phase") in FINAL_PHASES and not any(w.alive for w in self.workers.observe())
+
+    def run_until_done(self, on_status: Callable[[dict[str, Any]], None] | None = None, period: float = 0.3) -> dict:
+        while True:
+            status = self.step()
+            if on_status is not None:
+                on_status(status)
+            if self.done():
+                self.expire_after_finish()
+                return status
+            time.sleep(period)
+
+    def expire_after_finish(self) -> None:
+        """ttlSecondsAfterFinished: the job's own keys (spec, status, progress) go after that long."""
+        ttl = self.job.spec.ttl_seconds_after_finished
+        if ttl is None:
+            return
+        lease = self.store.grant(max(ttl, 1))
+        entries, _ = self.store.get_prefix(self.keys.prefix)
+        keep = [e for e in entries if e.lease == 0 and not e.key.startswith(self.keys.workers_prefix)]
+        ops = [Put(e.key, e.value, lease) for e in keep]
+        self.store.txn([], ops)
+        self.store.delete_prefix(self.keys.workers_prefix)
+
+    # --- appliers ---
+
+    def _init_run(self, _: InitRun, observed: Observed) -> None:
+        self.run.ensure_run(self.run_id, self.job.spec.failure_policy.max_restarts, RUN_TTL_SECONDS)
+
+    def _start_workers(self, action: StartWorkers, observed: Observed) -> None:
+        for _ in range(action.count):
+            name = f"{self.job.metadata.name}-{secrets.token_hex(2)}"
+            self.workers.start(
+                WorkerLaunch(
+                    name,
+                    agent_command(self.job, self.endpoints, self.run_id),
+                    agent_env(self.job, self.endpoints),
+                    self.job.spec.worker.working_dir,
+                )
+            )
+
+    def _stop_worker(self, action: StopWorker, observed: Observed) -> None:
+        if action.departure and action.member and action.round is not None:
+            self.run.announce_departure(observed.state, action.member, action.departure, action.round)
+        self.workers.stop(action.name)
+
+    def _handle_exit(self, action: HandleExit, observed: Observed) -> None:
+        """End the worker's round (charging per its classification) unless that round already ended."""
+        state = self.run.read()
+        current = state.round
+        if action.round is not None and current is not None and current.sealed and current.number == action.round:
+            self.run.end_round(state, current, action.incident)
+        elif action.incident.action is Action.FAIL_JOB:
+            self.run.close(state, self.run.permanent_failure(action.incident))
+
+    def _close(self, action: CloseJob, observed: Observed) -> None:
+        self.run.close(observed.state, Closed(action.reason, action.message, time.time()))
+

@@ -1,0 +1,109 @@
+"""The ElasticJob's status, derived from what the controller observes: pure.
+
+Kubernetes conventions (and Kubeflow's condition types) so that the same object reads well in etcd, in
+`elastic status` and in `kubectl get ej`: `phase`, `conditions[{type, status, reason, message,
+lastTransitionTime}]` with stable CamelCase reasons, and plain counters.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+from elastic.controller.reconcile import Observed
+from elastic.policy.bounds import clamp_replicas
+
+CREATED, RUNNING, RESTARTING, SUCCEEDED, FAILED = "Created", "Running", "Restarting", "Succeeded", "Failed"
+CONDITION_TYPES = (CREATED, RUNNING, RESTARTING, SUCCEEDED, FAILED)
+FINAL_PHASES = (SUCCEEDED, FAILED)
+
+
+TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
+
+
+def timestamp(seconds: float) -> str:
+    return datetime.fromtimestamp(seconds, timezone.utc).strftime(TIME_FORMAT)
+
+
+def parse_timestamp(text: str) -> float:
+    return datetime.strptime(text, TIME_FORMAT).replace(tzinfo=timezone.utc).timestamp()
+
+
+def phase_of(observed: Observed) -> tuple[str, str, str]:
+    """(phase, reason, message)."""
+    state = observed.state
+    if state.closed is not None:
+        phase = SUCCEEDED if state.closed.succeeded else FAILED
+        return phase, state.closed.reason, state.closed.message
+    current = state.round
+    if current is None:
+        return CREATED, "Created", "waiting for the run to be initialised"
+    if current.sealed:
+        return RUNNING, "RoundSealed", f"round {current.number} is training with {current.world_size} member(s)"
+    if current.number == 0:
+        return CREATED, "Gathering", "members are gathering for the first round"
+    why = current.opened_by
+    budget = state.budget
+    if budget and budget.charges and budget.charges[-1].round == current.number - 1:
+        why = f"{why}: {budget.charges[-1].cause}"
+    return RESTARTING, current.opened_by, f"round {current.number - 1} ended ({why}); re-forming"
+
+
+def job_status(observed: Observed, previous: dict[str, Any] | None, progress: dict[str, Any] | None) -> dict[str, Any]:
+    previous = previous or {}
+    spec, state, now = observed.job.spec, observed.state, observed.now
+    phase, reason, message = phase_of(observed)
+    desired = clamp_replicas(spec.replicas, spec.min_replicas, spec.max_replicas)
+    active = sum(1 for w in observed.workers if w.alive and not w.stopping)
+    budget = state.budget
+    used, limit = (budget.used, budget.max) if budget else (0, spec.failure_policy.max_restarts)
+    status: dict[str, Any] = {
+        "phase": phase,
+        "reason": reason,
+        "message": message,
+        "conditions": _conditions(previous.get("conditions", []), phase, reason, message, now),
+        "round": state.round.number if state.round else 0,
+        "worldSize": state.round.world_size if state.round and state.round.sealed else 0,
+        "replicas": {"desired": desired, "active": active},
+        "replicasText": f"{active}/{desired}",
+        "restarts": {"used": used, "max": limit},
+        "restartsText": f"{used}/{limit}",
+        "startTime": previous.get("startTime") or timestamp(observed.started_at or now),
+    }
+    if budget and budget.charges:
+        last = budget.charges[-1]
+        status["lastFailure"] = {
+            "worker": last.member,
+            "exitCode": last.exit_code,
+            "reason": last.reason,
+            "cause": last.cause,
+            "round": last.round,
+        }
+    if progress:
+        status["progress"] = {k: progress[k] for k in ("step", "loss", "world_size") if k in progress}
+    if phase in FINAL_PHASES:
+        status["completionTime"] = previous.get("completionTime") or timestamp(now)
+    return status
+
+
+def _conditions(previous: list[dict[str, Any]], phase: str, reason: str, message: str, now: float) -> list[dict]:
+    """One condition per type seen; the phase's is True. A transition time changes only on a flip."""
+    by_type = {c["type"]: c for c in previous}
+    result = []
+    for kind in CONDITION_TYPES:
+        old = by_type.get(kind)
+        is_now = kind == phase or (kind == CREATED and old is None and phase != CREATED)
+        if old is None and not is_now:
+            continue
+        status = "True" if kind == phase else "False"
+        changed = old is None or old["status"] != status
+        result.append(
+            {
+                "type": kind,
+                "status": status,
+                "reason": reason if kind == phase else (old or {}).get("reason", kind),
+                "message": message if kind == phase else (old or {}).get("message", ""),
+                "lastTransitionTime": timestamp(now) if changed else old["lastTransitionTime"],
+            }
+        )
+    return result
