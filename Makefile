@@ -9,7 +9,7 @@ TORCH ?= torch==2.13.0
 .PHONY: demo test lint setup
 
 demo: $(STAMP)
-	$(BIN)/python examples/demo.py
+	$(BIN)/elastic run examples/demo-crash.yaml
 
 test: $(STAMP)
 	$(BIN)/python -m pytest

@@ -116,6 +116,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--crash-exit-code", type=int, default=1, help="exit code of the crash (default 1)")
     parser.add_argument(
+        "--linger-seconds",
+        type=float,
+        default=0.0,
+        help="ranks other than 0 stay up this long after training (shows successPolicy Rank0)",
+    )
+    parser.add_argument(
         "--crash-once-marker",
         default=None,
         help="file created at the crash (relative: in the checkpoint dir); if it exists already there is no "
@@ -321,6 +327,8 @@ def main(argv: list[str] | None = None) -> None:
             emit(f"done step={step}")
     finally:
         dist.destroy_process_group()
+    if env.rank != 0 and args.linger_seconds > 0:
+        time.sleep(args.linger_seconds)  # a straggler (evaluation, upload) after the chief is done
     sys.exit(0)
 
 

@@ -1,0 +1,133 @@
+"""The controller's decisions as tables: observed state in, actions out. No etcd, no processes."""
+
+from __future__ import annotations
+
+import pytest
+
+from elastic.cluster import WorkerObservation
+from elastic.controller.reconcile import (
+    CloseJob,
+    ForgetWorker,
+    HandleExit,
+    InitRun,
+    Observed,
+    StartWorkers,
+    StopWorker,
+    reconcile,
+)
+from elastic.controller.status import job_status
+from elastic.policy.budget import Budget, Charge
+from elastic.policy.exits import Action
+from elastic.rendezvous.state import Closed, Departure, JobState, Member, Round
+from elastic.spec import parse_job
+
+
+def job(**spec):
+    base = {"minReplicas": 2, "maxReplicas": 3, "replicas": 2, "worker": {"command": ["python", "t.py"]},
+            "failurePolicy": {"maxRestarts": 3, "rules": [
+                {"action": "FailJob", "onExitCodes": {"operator": "In", "values": [3]}}]}}
+    return parse_job({"apiVersion": "elastic.dev/v1alpha1", "kind": "ElasticJob",
+                      "metadata": {"name": "j"}, "spec": {**base, **spec}})
+
+
+def alive(name, started=0.0):
+    return WorkerObservation(name, True, started_at=started)
+
+
+def exited(name, code, stopping=False):
+    return WorkerObservation(name, False, code, stopping=stopping)
+
+
+SEALED = Round(4, sealed=True, members={"w1-11-aa": 0, "w2-22-bb": 1})
+RUNNING = JobState(run_id="r", round=SEALED, budget=Budget(3),
+                   members={"w1-11-aa": Member("w1-11-aa", 4), "w2-22-bb": Member("w2-22-bb", 4)})
+
+
+def observed(state=RUNNING, workers=(alive("w1"), alive("w2")), spec=None, started_at=None, now=1000.0):
+    return Observed(spec or job(), state, tuple(workers), started_at=started_at, now=now)
+
+
+def test_a_job_without_a_run_initialises_it_first() -> None:
+    assert reconcile(observed(state=JobState())) == [InitRun()]
+
+
+def test_missing_workers_are_started_up_to_desired() -> None:
+    assert reconcile(observed(workers=(alive("w1"),))) == [StartWorkers(1)]
+
+
+def test_a_healthy_job_needs_nothing() -> None:
+    assert reconcile(observed()) == []
+
+
+def test_a_worker_killed_by_sigkill_ends_its_round_with_a_charge_and_is_replaced() -> None:
+    actions = reconcile(observed(workers=(alive("w1"), exited("w2", -9))))
+    handle = actions[0]
+    assert isinstance(handle, HandleExit) and handle.round == 4
+    assert handle.incident.action is Action.RESTART_JOB and handle.incident.cause.code == 137
+    assert actions[1:] == [ForgetWorker("w2"), StartWorkers(1)]
+
+
+def test_an_exit_code_with_a_fail_job_rule_is_permanent() -> None:
+    handle = reconcile(observed(workers=(alive("w1"), exited("w2", 3))))[0]
+    assert handle.incident.action is Action.FAIL_JOB
+    assert "rules[0]" in handle.incident.decision.reason_text
+
+
+def test_a_worker_outside_the_current_round_charges_nothing() -> None:
+    handle = reconcile(observed(workers=(alive("w1"), alive("w2"), exited("w9", 1))))[0]
+    assert handle.round is None
+
+
+def test_a_worker_that_finished_is_counted_and_not_replaced() -> None:
+    assert reconcile(observed(workers=(alive("w1"), exited("w2", 0)))) == []
+
+
+def test_an_adopted_worker_gone_after_finishing_is_not_a_failure() -> None:
+    finished = JobState(**{**RUNNING.__dict__, "departed": {"w2-22-bb": Departure("Finished", 4)}})
+    assert reconcile(observed(state=finished, workers=(alive("w1"), exited("w2", None)))) == []
+
+
+def test_scale_down_stops_the_newest_worker_and_announces_it() -> None:
+    actions = reconcile(observed(workers=(alive("w1", 1.0), alive("w2", 2.0), alive("w3", 3.0))))
+    assert actions == [StopWorker("w3", "ScaleDown", None, 4)]
+
+
+def test_replicas_above_max_are_clamped() -> None:
+    assert reconcile(observed(spec=job(replicas=9), workers=(alive("w1"),))) == [StartWorkers(2)]
+
+
+def test_a_closed_job_stops_every_running_worker() -> None:
+    closed = JobState(**{**RUNNING.__dict__, "closed": Closed("BackoffLimitExceeded", "spent")})
+    assert reconcile(observed(state=closed)) == [StopWorker("w1"), StopWorker("w2")]
+
+
+def test_the_active_deadline_closes_the_job() -> None:
+    actions = reconcile(observed(spec=job(activeDeadlineSeconds=60), started_at=900.0, now=961.0))
+    assert actions == [CloseJob("DeadlineExceeded", "activeDeadlineSeconds (60 s) passed")]
+
+
+def test_rank0_success_policy_closes_as_soon_as_the_chief_is_done() -> None:
+    done = JobState(**{**RUNNING.__dict__, "done": {"w1-11-aa": 4}})
+    actions = reconcile(observed(state=done, spec=job(successPolicy="Rank0")))
+    assert actions == [CloseJob("Succeeded", "rank 0 (w1-11-aa) finished with exit 0 (successPolicy Rank0)")]
+    assert reconcile(observed(state=done)) == [], "AllWorkers waits for everyone"
+
+
+def test_status_reads_like_kubeflow() -> None:
+    charged = JobState(**{**RUNNING.__dict__, "budget": Budget(3, 1, (Charge(3, "WorkerFailure", "exit code 137",
+                                                                               137, "w2-22-bb"),))})
+    status = job_status(observed(state=charged), None, {"step": 40, "loss": 0.25, "world_size": 2})
+    assert status["phase"] == "Running" and status["round"] == 4 and status["worldSize"] == 2
+    assert status["replicas"] == {"desired": 2, "active": 2} and status["restarts"] == {"used": 1, "max": 3}
+    assert status["lastFailure"]["exitCode"] == 137 and status["progress"]["step"] == 40
+    assert [c["type"] for c in status["conditions"]] == ["Created", "Running"]
+    assert {c["type"]: c["status"] for c in status["conditions"]} == {"Created": "False", "Running": "True"}
+
+
+@pytest.mark.parametrize(("closed", "phase"), [(Closed("Succeeded", "ok"), "Succeeded"),
+                                                (Closed("BackoffLimitExceeded", "spent"), "Failed"),
+                                                (Closed("FailJobRule", "exit 3"), "Failed")])
+def test_final_phase_follows_the_closed_reason(closed, phase) -> None:
+    state = JobState(**{**RUNNING.__dict__, "closed": closed})
+    status = job_status(observed(state=state), None, None)
+    assert (status["phase"], status["reason"]) == (phase, closed.reason) and "completionTime" in status
