@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import signal
 import time
 
 import pytest
+from cli_harness import job_yaml, processes_of
 
 from elastic.agents import wait_until
-from conftest import job_yaml, processes_of
 
 pytestmark = pytest.mark.slow
 
@@ -27,7 +28,7 @@ def test_one_injected_crash_costs_one_restart_and_the_job_succeeds(cli, tmp_path
     assert status["lastFailure"]["exitCode"] == 137
     steps = [s.step for s in cli.steps(logs)]
     assert steps[-1] == 40
-    for before, after in zip(steps, steps[1:], strict=False):
+    for before, after in itertools.pairwise(steps):
         assert after >= before - 5, f"steps went back past the last checkpoint: {before} -> {after}"
     assert "Restarting" in cli.output(run) and "Succeeded" in cli.output(run)
     assert not processes_of("crash-once"), "nothing may be left running"

@@ -43,7 +43,10 @@ RUNNING = JobState(run_id="r", round=SEALED, budget=Budget(3),
                    members={"w1-11-aa": Member("w1-11-aa", 4), "w2-22-bb": Member("w2-22-bb", 4)})
 
 
-def observed(state=RUNNING, workers=(alive("w1"), alive("w2")), spec=None, started_at=None, now=1000.0):
+TWO_ALIVE = (WorkerObservation("w1", True), WorkerObservation("w2", True))
+
+
+def observed(state=RUNNING, workers=TWO_ALIVE, spec=None, started_at=None, now=1000.0):
     return Observed(spec or job(), state, tuple(workers), started_at=started_at, now=now)
 
 
