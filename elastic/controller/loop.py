@@ -96,9 +96,15 @@ class JobController:
             if on_status is not None:
                 on_status(status)
             if self.done():
-                self.expire_after_finish()
+                self.finish()
                 return status
             time.sleep(period)
+
+    def finish(self) -> None:
+        """The job is final and nothing runs: drop the worker records, then start the TTL if any."""
+        for worker in self.workers.observe():
+            self.workers.forget(worker.name)
+        self.expire_after_finish()
 
     def expire_after_finish(self) -> None:
         """ttlSecondsAfterFinished: the job's own keys (spec, status, progress) go after that long."""

@@ -43,7 +43,7 @@ class LocalControllerManager:
             if on_status is not None:
                 on_status(key, status)
             if controller.done():
-                controller.expire_after_finish()
+                controller.finish()
                 del self.controllers[key]
 
     def run_forever(self, on_status: Callable[[str, dict], None] | None = None, period: float = 0.3) -> None:
