@@ -1,0 +1,79 @@
+"""Bad input gets one clear error naming the field and the fix, and nothing starts or lands in etcd."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import yaml
+
+from elastic.cli.main import main
+from elastic.store import Store
+from elastic.store.server import free_port
+
+VALID = {
+    "apiVersion": "elastic.dev/v1alpha1",
+    "kind": "ElasticJob",
+    "metadata": {"name": "bad"},
+    "spec": {"minReplicas": 1, "maxReplicas": 2, "worker": {"command": ["python", "examples/train_ddp.py"]}},
+}
+
+
+def broken(path: str, value) -> dict:
+    """VALID with one value replaced (path like 'spec.worker.command'); value None deletes the key."""
+    doc = copy.deepcopy(VALID)
+    *parents, last = path.split(".")
+    node = doc
+    for part in parents:
+        node = node.setdefault(part, {})
+    if value is None:
+        del node[last]
+    else:
+        node[last] = value
+    return doc
+
+
+CASES = [
+    ("min above max", broken("spec.minReplicas", 3), "spec.minReplicas"),
+    ("negative budget", broken("spec.failurePolicy", {"maxRestarts": -1}), "spec.failurePolicy.maxRestarts"),
+    ("unknown rule action", broken("spec.failurePolicy", {"rules": [{"action": "Retry", "onReasons": ["x"]}]}),
+     "spec.failurePolicy.rules[0].action"),
+    ("a rule without a condition", broken("spec.failurePolicy", {"rules": [{"action": "Ignore"}]}),
+     "spec.failurePolicy.rules[0]"),
+    ("empty command", broken("spec.worker.command", []), "spec.worker.command"),
+    ("misspelt key", broken("spec.worker", {"comand": ["python"]}), "did you mean 'command'"),
+    ("name not a DNS label", broken("metadata.name", "My_Job"), "metadata.name"),
+    ("wrong kind", broken("kind", "PyTorchJob"), "kind"),
+    ("wrong apiVersion", broken("apiVersion", "v1"), "apiVersion"),
+    ("replicas as a string", broken("spec.replicas", "3"), "spec.replicas"),
+    ("unknown restart policy", broken("spec.restartPolicy", "Always"), "spec.restartPolicy"),
+    ("negative last call", broken("spec.rendezvous", {"lastCallSeconds": -1}), "spec.rendezvous.lastCallSeconds"),
+    ("zero nproc", broken("spec.nprocPerNode", 0), "spec.nprocPerNode"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("doc", "field"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_invalid_spec_is_rejected_before_anything_happens(doc, field, tmp_path, etcd_server, capsys) -> None:
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    assert main(["run", str(path), "--etcd", etcd_server.client_url, "--log-dir", str(tmp_path / "logs")]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and field in err, err
+    assert "Traceback" not in err
+    with Store(etcd_server.client_url) as store:
+        assert store.get_prefix("/elastic/jobs/default/bad/")[0] == [], "nothing may be written to etcd"
+    assert not (tmp_path / "logs").exists(), "no worker may have been started"
+
+
+def test_a_yaml_syntax_error_names_the_file(tmp_path, capsys) -> None:
+    path = tmp_path / "broken.yaml"
+    path.write_text("spec: [unclosed\n")
+    assert main(["validate", str(path)]) == 1
+    assert str(path) in capsys.readouterr().err
+
+
+def test_a_dead_etcd_is_one_readable_line(capsys) -> None:
+    dead = f"http://127.0.0.1:{free_port()}"
+    assert main(["status", "--etcd", dead]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and dead in err and "Check that etcd is running" in err
