@@ -36,10 +36,11 @@ def register(verbs: argparse._SubParsersAction) -> None:
     controller = verbs.add_parser(
         "controller",
         help="run the controller alone against an etcd (every submitted job)",
-        description="Reconcile every ElasticJob found in etcd; local worker processes (Kubernetes: next).",
+        description="Reconcile every ElasticJob: those submitted to etcd, with local worker processes "
+        "(--backend local), or those of the Kubernetes API, with pods and leader election (--backend kubernetes).",
     )
     add_etcd_option(controller)
-    controller.add_argument("--backend", choices=["local"], default="local")
+    controller.add_argument("--backend", choices=["local", "kubernetes"], default="local")
     controller.add_argument("--log-dir", type=Path, default=Path(".elastic/logs"))
     controller.set_defaults(run=run_controller)
 
@@ -83,6 +84,10 @@ def run_job(args: argparse.Namespace) -> int:
 def run_controller(args: argparse.Namespace) -> int:
     _stop_on_sigterm()
     store = connect(args.etcd)
+    if args.backend == "kubernetes":  # ElasticJobs from the API server, one leader among the replicas
+        from elastic.controller.kube_manager import run_kubernetes_controller
+
+        return run_kubernetes_controller(store, args.etcd)
     manager = LocalControllerManager(store, args.etcd, args.log_dir)
     printers: dict[str, StatusPrinter] = {}
 

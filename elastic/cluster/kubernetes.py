@@ -1,0 +1,254 @@
+"""Workers as Kubernetes pods: one pod per worker, owned by its ElasticJob, observed by listing its pods.
+
+Every `observe()` lists the job's pods by label (level-triggered: what the API server says now, nothing
+cached that could drift), and maps each pod to a `WorkerObservation`: a pending or running pod is alive; a
+terminal one reports the exit code of its `worker` container and a platform reason (OOMKilled, Evicted,
+DisruptionTarget, NodeLost). A pod that vanished without the controller asking (node gone, garbage
+collected, deleted by hand) is reported as ended with reason NodeLost and no exit code.
+
+A controller restarted (or a new leader) adopts the pods it finds: their names, start times and
+incarnations live in the pods' own labels, so nothing needs to be remembered between controllers.
+
+Only the verbs in manifests/rbac.yaml are used: pods create/list/delete. A pod is never changed in place.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import sys
+import time
+from datetime import datetime
+from typing import Any
+
+from kubernetes.client import ApiException, CoreV1Api, V1Pod
+
+from elastic.cluster.base import WorkerLaunch, WorkerObservation
+from elastic.spec import ElasticJob
+
+log = logging.getLogger(__name__)
+
+STOP_GRACE_SECONDS = 15
+CONTAINER = "worker"
+JOB_LABEL = "elastic.dev/job"
+WORKER_LABEL = "elastic.dev/worker"
+INCARNATION_LABEL = "elastic.dev/incarnation"
+NODE_LOST = "NodeLost"
+# DisruptionTarget condition reasons that mean the node went away rather than a preemption or eviction.
+_NODE_GONE_DISRUPTIONS = {"DeletionByTaintManager", "DeletionByPodGC"}
+_NODE_LOST_POD_REASONS = {"NodeLost", "UnexpectedAdmissionError"}
+
+
+def job_selector(job_name: str) -> str:
+    return f"{JOB_LABEL}={job_name}"
+
+
+def owner_reference(job: ElasticJob) -> dict[str, Any]:
+    """The ElasticJob as the pod's controller: deleting the job deletes its pods (garbage collection).
+
+    No blockOwnerDeletion: that would need `update` on elasticjobs/finalizers, which the RBAC does not grant.
+    """
+    return {
+        "apiVersion": job.api_version,
+        "kind": job.kind,
+        "name": job.metadata.name,
+        "uid": job.metadata.uid or "",
+        "controller": True,
+    }
+
+
+def pod_command(command: list[str]) -> list[str]:
+    """The launch command as the image runs it: this machine's interpreter path becomes `python`."""
+    result = ["python" if part == sys.executable else part for part in command]
+    # In a pod the agent must advertise the pod's own address, not loopback (the downward API sets POD_IP).
+    return ["--local-addr=$(POD_IP)" if part.startswith("--local-addr=") else part for part in result]
+
+
+def pod_manifest(job: ElasticJob, namespace: str, launch: WorkerLaunch, incarnation: int) -> dict[str, Any]:
+    """The pod for one worker (pure)."""
+    worker = job.spec.worker
+    if not worker.image:
+        raise ValueError(f"job {job.key}: spec.worker.image is required to run workers on Kubernetes")
+    env = [{"name": k, "value": v} for k, v in {**launch.env, "ELASTIC_WORKER": launch.name}.items()]
+    env.append({"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}})
+    env.append({"name": "PYTHONUNBUFFERED", "value": "1"})
+    container: dict[str, Any] = {
+        "name": CONTAINER,
+        "image": worker.image,
+        "command": pod_command(launch.command),
+        "env": env,
+    }
+    if worker.resources:
+        container["resources"] = worker.resources
+    if launch.working_dir and launch.working_dir.startswith("/"):
+        container["workingDir"] = launch.working_dir
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": launch.name,
+            "namespace": namespace,
+            "labels": {
+                JOB_LABEL: job.metadata.name,
+                WORKER_LABEL: launch.name,
+                INCARNATION_LABEL: str(incarnation),
+            },
+            "ownerReferences": [owner_reference(job)],
+        },
+        "spec": {
+            "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": STOP_GRACE_SECONDS,
+            "containers": [container],
+        },
+    }
+
+
+def _parse_time(text: str | None) -> float:
+    if not text:
+        return 0.0
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+def _worker_terminated(pod: dict[str, Any]) -> dict[str, Any] | None:
+    for status in pod.get("status", {}).get("containerStatuses") or []:
+        if status.get("name") == CONTAINER:
+            state = status.get("state") or {}
+            return state.get("terminated") or (status.get("lastState") or {}).get("terminated")
+    return None
+
+
+def exit_reason(pod: dict[str, Any]) -> str | None:
+    """The platform's reason for a pod's end, most specific first (pure)."""
+    status = pod.get("status", {})
+    terminated = _worker_terminated(pod) or {}
+    if terminated.get("reason") == "OOMKilled":
+        return "OOMKilled"
+    if status.get("reason") == "Evicted":
+        return "Evicted"
+    if status.get("reason") in _NODE_LOST_POD_REASONS or status.get("phase") == "Unknown":
+        return NODE_LOST
+    for condition in status.get("conditions") or []:
+        if condition.get("type") == "DisruptionTarget" and condition.get("status") == "True":
+            return NODE_LOST if condition.get("reason") in _NODE_GONE_DISRUPTIONS else "DisruptionTarget"
+    return None
+
+
+def observe_pod(pod: dict[str, Any], stopping: bool) -> WorkerObservation:
+    """One pod (as the API returns it, camelCase JSON) as a worker observation (pure)."""
+    metadata, status = pod["metadata"], pod.get("status", {})
+    name = metadata.get("labels", {}).get(WORKER_LABEL, metadata["name"])
+    started_at = _parse_time(metadata.get("creationTimestamp"))
+    phase = status.get("phase", "Pending")
+    if phase in ("Pending", "Running"):
+        return WorkerObservation(name, True, None, None, started_at, stopping)
+    terminated = _worker_terminated(pod)
+    code = terminated.get("exitCode") if terminated else None
+    return WorkerObservation(name, False, code, exit_reason(pod), started_at, stopping)
+
+
+class KubernetesWorkers:
+    """The WorkerSet of one ElasticJob on Kubernetes."""
+
+    def __init__(self, core_api: CoreV1Api, job: ElasticJob, namespace: str | None = None) -> None:
+        self.api = core_api
+        self.job = job
+        self.namespace = namespace or job.metadata.namespace
+        self.selector = job_selector(job.metadata.name)
+        self._known: dict[str, float] = {}  # worker -> started_at, for pods that vanish
+        self._stopping: set[str] = set()
+        self._forgotten: set[str] = set()  # forgotten workers whose pods may still be listed while deleted
+        self._incarnation = 0
+        for pod in self._list():
+            self._adopt(pod)
+            # Being deleted when this controller took over: an earlier controller's stop, unless the
+            # platform is evicting or preempting it (then its end is a failure to classify).
+            if pod["metadata"].get("deletionTimestamp") and exit_reason(pod) is None:
+                self._stopping.add(self._name_of(pod))
+
+    @staticmethod
+    def _name_of(pod: dict[str, Any]) -> str:
+        return pod["metadata"].get("labels", {}).get(WORKER_LABEL, pod["metadata"]["name"])
+
+    def _list(self) -> list[dict[str, Any]]:
+        response = self.api.list_namespaced_pod(self.namespace, label_selector=self.selector, _preload_content=False)
+        return json.loads(response.data).get("items") or []
+
+    def _adopt(self, pod: dict[str, Any]) -> None:
+        labels = pod["metadata"].get("labels", {})
+        self._known.setdefault(self._name_of(pod), _parse_time(pod["metadata"].get("creationTimestamp")))
+        with contextlib.suppress(ValueError):
+            self._incarnation = max(self._incarnation, int(labels.get(INCARNATION_LABEL, 0)))
+
+    def start(self, launch: WorkerLaunch) -> None:
+        self._incarnation += 1
+        body = pod_manifest(self.job, self.namespace, launch, self._incarnation)
+        self.api.create_namespaced_pod(self.namespace, V1Pod.from_dict(body), _preload_content=False)
+        self._known[launch.name] = time.time()
+        self._forgotten.discard(launch.name)
+        log.info("created pod %s/%s (incarnation %d)", self.namespace, launch.name, self._incarnation)
+
+    def observe(self) -> list[WorkerObservation]:
+        result, seen = [], set()
+        for pod in self._list():
+            observation = observe_pod(pod, False)
+            if observation.name in self._forgotten:
+                continue
+            self._adopt(pod)
+            seen.add(observation.name)
+            stopping = observation.name in self._stopping
+            result.append(
+                WorkerObservation(
+                    observation.name,
+                    observation.alive,
+                    observation.exit_code,
+                    observation.reason,
+                    observation.started_at or self._known[observation.name],
+                    stopping,
+                )
+            )
+        for name, started_at in self._known.items():
+            if name not in seen:  # gone: deleted as asked, or lost with its node
+                stopping = name in self._stopping
+                result.append(
+                    WorkerObservation(name, False, None, None if stopping else NODE_LOST, started_at, stopping)
+                )
+        return result
+
+    def _delete(self, name: str, grace: int) -> None:
+        try:
+            self.api.delete_namespaced_pod(name, self.namespace, grace_period_seconds=grace, _preload_content=False)
+        except ApiException as err:
+            if err.status != 404:
+                raise
+
+    def stop(self, name: str) -> None:
+        """Delete the pod: the kubelet sends SIGTERM (torch's agent stops its workers), SIGKILL after 15 s."""
+        if name in self._stopping:
+            return
+        self._stopping.add(name)
+        self._delete(name, STOP_GRACE_SECONDS)
+
+    def forget(self, name: str) -> None:
+        """The worker's end was handled: delete its (terminal) pod and stop reporting it."""
+        self._known.pop(name, None)
+        self._stopping.discard(name)
+        self._forgotten.add(name)
+        self._delete(name, 0)
+
+    def finish(self) -> None:
+        """The job is final and none of its workers runs: delete every pod left (the succeeded ones).
+
+        Called by whoever drives the JobController once `done()` (and after ttlSecondsAfterFinished).
+        """
+        for pod in self._list():
+            name = pod["metadata"]["name"]
+            self._forgotten.add(self._name_of(pod))
+            self._delete(
+                name, 0 if pod.get("status", {}).get("phase") in ("Succeeded", "Failed") else STOP_GRACE_SECONDS
+            )
+        self._known.clear()
+        self._stopping.clear()
+
+    def close(self) -> None:
+        """Nothing to release; the pods keep running for the next leader to adopt."""

@@ -1,0 +1,144 @@
+"""`elastic controller --backend kubernetes`: every ElasticJob of the cluster, reconciled by the leader only."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+from typing import Any
+
+from kubernetes import config
+from kubernetes.client import ApiClient, CoordinationV1Api, CoreV1Api, CustomObjectsApi
+
+from elastic.cluster.kubernetes import KubernetesWorkers
+from elastic.controller.kube_status import KubeStatus
+from elastic.controller.leader import LEASE_NAME, LeaderElector
+from elastic.controller.loop import JobController
+from elastic.controller.status import FINAL_PHASES
+from elastic.errors import PermanentError
+from elastic.spec import ElasticJob, parse_job
+from elastic.spec.crd import GROUP, PLURAL, VERSION
+from elastic.store import Delete, JobKeys, ModRevisionIs, Put, Store
+
+log = logging.getLogger(__name__)
+
+class KubernetesControllerManager:
+    """`elastic controller --backend kubernetes`: ElasticJobs from the API server, run state in etcd.
+
+    Each step: renew (or try to take) the Lease; a replica that does not lead does nothing else. The
+    leader copies each ElasticJob's spec into etcd (run id = the object's uid, so a re-created job never
+    joins a stale run; `kubectl scale`/`edit` reach the JobController through the etcd spec), then steps
+    one JobController per job with `KubernetesWorkers`, and publishes each status with `KubeStatus`.
+    A new leader adopts the pods it finds (their labels say which worker of which job they are).
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        endpoints: str,
+        api_client: ApiClient,
+        identity: str,
+        lease_namespace: str,
+        watch_namespace: str | None = None,
+        lease_seconds: int = 15,
+    ) -> None:
+        self.store = store
+        self.endpoints = endpoints
+        self.core = CoreV1Api(api_client)
+        self.custom = CustomObjectsApi(api_client)
+        self.elector = LeaderElector(CoordinationV1Api(api_client), lease_namespace, identity, lease_seconds)
+        self.watch_namespace = watch_namespace
+        self.controllers: dict[str, tuple[JobController, KubernetesWorkers, KubeStatus]] = {}
+        self.finished: set[str] = set()  # `namespace/name/uid` of jobs already wound down
+
+    def _list_jobs(self) -> list[dict[str, Any]]:
+        if self.watch_namespace:
+            listed = self.custom.list_namespaced_custom_object(GROUP, VERSION, self.watch_namespace, PLURAL)
+        else:
+            listed = self.custom.list_cluster_custom_object(GROUP, VERSION, PLURAL)
+        return listed.get("items") or []
+
+    def _sync(self, obj: dict[str, Any]) -> ElasticJob | None:
+        """The ElasticJob as the controller runs it, its spec written to etcd when new or changed."""
+        meta = obj.get("metadata") or {}
+        try:
+            job = parse_job(
+                {
+                    "apiVersion": obj.get("apiVersion"),
+                    "kind": obj.get("kind"),
+                    "metadata": {"name": meta.get("name"), "namespace": meta.get("namespace"), "uid": meta.get("uid")},
+                    "spec": obj.get("spec"),
+                }
+            )
+        except Exception as err:  # the CRD schema should have refused it; never stop the others for one
+            log.warning("ElasticJob %s/%s skipped: %s", meta.get("namespace"), meta.get("name"), err)
+            return None
+        keys = JobKeys(job.metadata.namespace, job.metadata.name)
+        existing = self.store.get(keys.spec)
+        wanted = job.to_dict()
+        if existing is None:
+            self.store.txn([ModRevisionIs(keys.spec, 0)], [Put.json(keys.spec, wanted)])
+        elif existing.json() != wanted:
+            if (existing.json().get("metadata") or {}).get("uid") != job.metadata.uid:  # deleted and re-created
+                self.store.txn([ModRevisionIs(keys.spec, existing.mod_revision)], [Delete(keys.prefix, prefix=True)])
+            self.store.put_json(keys.spec, wanted)
+        return job
+
+    def step(self) -> bool:
+        """One pass; False while another replica leads."""
+        if not self.elector.try_acquire_or_renew():
+            self.controllers.clear()  # the leader owns the pods now; nothing is stopped here
+            return False
+        jobs = {}
+        for obj in self._list_jobs():
+            meta = obj.get("metadata") or {}
+            key = f"{meta.get('namespace')}/{meta.get('name')}"
+            if key not in self.controllers and (obj.get("status") or {}).get("phase") in FINAL_PHASES:
+                continue  # finished before: never run again, even after its keys in etcd expired
+            job = self._sync(obj)
+            if job is not None:
+                jobs[job.key] = (job, obj)
+        for key in list(self.controllers):
+            if key not in jobs or self.controllers[key][0].job.metadata.uid != jobs[key][0].metadata.uid:
+                del self.controllers[key]  # deleted: its pods go with it (owner reference)
+        for key, (job, obj) in jobs.items():
+            done_key = f"{key}/{job.metadata.uid}"
+            if key not in self.controllers and done_key not in self.finished:
+                workers = KubernetesWorkers(self.core, job)
+                previous = obj.get("status") or None
+                status = KubeStatus(self.custom, self.core, job, previous, instance=self.elector.identity)
+                self.controllers[key] = (JobController(self.store, job, workers, self.endpoints), workers, status)
+        for key, (controller, workers, kube_status) in list(self.controllers.items()):
+            kube_status.publish(controller.step())
+            if controller.done():
+                controller.finish()
+                workers.finish()
+                self.finished.add(f"{key}/{controller.job.metadata.uid}")
+                del self.controllers[key]
+        return True
+
+    def run_forever(self, period: float = 1.0) -> None:
+        try:
+            while True:
+                self.step()
+                time.sleep(period)
+        finally:
+            self.elector.release()
+
+
+def run_kubernetes_controller(store: Store, endpoints: str) -> int:
+    """In a pod: in-cluster config, identity POD_NAME, Lease in POD_NAMESPACE; elsewhere: the kubeconfig."""
+    try:
+        config.load_incluster_config()
+    except config.ConfigException:
+        try:
+            config.load_kube_config()
+        except (config.ConfigException, OSError) as err:
+            raise PermanentError(f"no Kubernetes API (not in a pod, and no usable kubeconfig): {err}") from err
+    identity = f"{os.environ.get('POD_NAME') or socket.gethostname()}_{os.getpid()}"
+    namespace = os.environ.get("POD_NAMESPACE", "elastic-system")
+    manager = KubernetesControllerManager(store, endpoints, ApiClient(), identity, namespace)
+    print(f"controller {identity} watching ElasticJobs (lease {namespace}/{LEASE_NAME})", flush=True)
+    manager.run_forever()
+    return 0

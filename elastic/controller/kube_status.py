@@ -1,0 +1,126 @@
+"""The ElasticJob's status on Kubernetes: the status subresource, and an Event per state change and charge.
+
+The JobController computes the status dict (the same one it writes to etcd); `KubeStatus.publish` writes
+it to the ElasticJob's status subresource with a JSON merge patch and emits core/v1 Events so that
+`kubectl describe ej NAME` tells the job's story. Which events a change produces is decided by the pure
+`events_for(previous, status)`.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+from kubernetes.client import ApiException, CoreV1Api, CoreV1Event, CustomObjectsApi
+
+from elastic.cluster.kubernetes import job_selector
+from elastic.controller.status import FAILED, RESTARTING
+from elastic.spec import ElasticJob
+from elastic.spec.crd import GROUP, PLURAL, VERSION
+
+log = logging.getLogger(__name__)
+
+COMPONENT = "elastic-controller"
+RESTARTED = "Restarted"
+NORMAL, WARNING = "Normal", "Warning"
+
+
+@dataclass(frozen=True)
+class JobEvent:
+    type: str  # Normal or Warning
+    reason: str
+    message: str
+
+
+def events_for(previous: dict[str, Any] | None, status: dict[str, Any]) -> list[JobEvent]:
+    """The events one status change produces (pure): budget charges first, then the state change."""
+    previous = previous or {}
+    events: list[JobEvent] = []
+    used_before = (previous.get("restarts") or {}).get("used", 0)
+    restarts = status.get("restarts") or {}
+    used, limit = restarts.get("used", 0), restarts.get("max", 0)
+    last = status.get("lastFailure") or {}
+    for n in range(used_before + 1, used + 1):
+        cause = last.get("cause") if n == used else None
+        where = f" in round {last['round']}" if n == used and "round" in last else ""
+        text = f"restart {n}/{limit} charged" + (f": {cause}{where}" if cause else "")
+        events.append(JobEvent(WARNING, RESTARTED, text))
+    state = (status.get("phase"), status.get("reason"), status.get("round"))
+    before = (previous.get("phase"), previous.get("reason"), previous.get("round"))
+    if status.get("phase") and state != before:
+        kind = WARNING if status["phase"] in (FAILED, RESTARTING) else NORMAL
+        message = f"{status['phase']}: {status.get('message', '')}".rstrip(": ")
+        events.append(JobEvent(kind, status.get("reason") or status["phase"], message))
+    return events
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class KubeStatus:
+    """Writes one ElasticJob's status and events. `previous`: the status already on the object, if any."""
+
+    def __init__(
+        self,
+        custom_api: CustomObjectsApi,
+        core_api: CoreV1Api,
+        job: ElasticJob,
+        previous: dict[str, Any] | None = None,
+        instance: str = COMPONENT,
+    ) -> None:
+        self.custom = custom_api
+        self.core = core_api
+        self.job = job
+        self.last = previous
+        self.instance = instance
+
+    def publish(self, status: dict[str, Any]) -> bool:
+        """Write `status` if it changed since the last publish; True when something was written."""
+        if status == self.last:
+            return False
+        meta = self.job.metadata
+        body = {"status": {**status, "selector": job_selector(meta.name)}}
+        try:
+            self.custom.patch_namespaced_custom_object_status(
+                GROUP, VERSION, meta.namespace, PLURAL, meta.name, body,
+                _content_type="application/merge-patch+json",
+            )  # fmt: skip
+        except ApiException as err:
+            if err.status != 404:
+                raise
+            log.warning("ElasticJob %s is gone; its status was not written", self.job.key)
+        for event in events_for(self.last, status):
+            self.emit(event)
+        self.last = status
+        return True
+
+    def emit(self, event: JobEvent) -> None:
+        meta = self.job.metadata
+        now = _now()
+        body = {
+            "metadata": {"name": f"{meta.name}.{secrets.token_hex(8)}", "namespace": meta.namespace},
+            "involvedObject": {
+                "apiVersion": self.job.api_version,
+                "kind": self.job.kind,
+                "name": meta.name,
+                "namespace": meta.namespace,
+                "uid": meta.uid or "",
+            },
+            "type": event.type,
+            "reason": event.reason,
+            "message": event.message,
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+            "source": {"component": COMPONENT},
+            "reportingComponent": f"{GROUP}/controller",
+            "reportingInstance": self.instance,
+        }
+        try:
+            self.core.create_namespaced_event(meta.namespace, CoreV1Event.from_dict(body), _preload_content=False)
+        except ApiException as err:  # events are best effort: never stop reconciling for one
+            log.warning("event %s for %s not written: %s", event.reason, self.job.key, err.reason)

@@ -1,0 +1,37 @@
+"""Fixtures for the Kubernetes backend: the fake API server and real `kubernetes` clients pointed at it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from fake_api import FakeApiServer
+from kubernetes import client
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeApiServer]:
+    server = FakeApiServer().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def api_client(fake: FakeApiServer) -> Iterator[client.ApiClient]:
+    with client.ApiClient(client.Configuration(host=fake.url)) as api:
+        yield api
+
+
+@pytest.fixture
+def core(api_client: client.ApiClient) -> client.CoreV1Api:
+    return client.CoreV1Api(api_client)
+
+
+@pytest.fixture
+def custom(api_client: client.ApiClient) -> client.CustomObjectsApi:
+    return client.CustomObjectsApi(api_client)
+
+
+@pytest.fixture
+def coordination(api_client: client.ApiClient) -> client.CoordinationV1Api:
+    return client.CoordinationV1Api(api_client)

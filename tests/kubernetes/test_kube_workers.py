@@ -1,0 +1,297 @@
+"""The Kubernetes backend (KubernetesWorkers + KubeStatus) driven by the real JobController and real etcd.
+
+THIS IS A FAKE API SERVER, not a cluster: no kube-apiserver, scheduler or kubelet can run on these
+machines. `fake_api.FakeApiServer` serves, on 127.0.0.1, exactly the API paths the controller uses (pods,
+events, elasticjobs with their status and scale subresources) and the tests talk to it through the real
+`kubernetes` Python client, so request paths, query parameters (labelSelector, gracePeriodSeconds), patch
+content types and (de)serialisation are the client's own. The tests play the kubelet: they set pod phases,
+exit codes and reasons (OOMKilled, Evicted, DisruptionTarget) in the fake's store directly.
+
+What these tests check: the pod each worker gets (image, `python` command, env, labels, owner reference,
+restartPolicy Never), the mapping of pod states to worker exits, the same reconcile scenarios as the local
+backend (exit 137 -> one charge and a replacement pod; OOMKilled with a FailJob rule -> Failed and pods
+deleted; Evicted with an Ignore rule -> no charge, replaced; success -> pods deleted), the status
+subresource and Events, and that every request stays within manifests/rbac.yaml.
+
+What a real-cluster test (kind, k3d or a cloud cluster) would add: scheduling and image pulls, the exit
+codes and reasons a real kubelet reports (and their timing: graceful deletion, SIGTERM then SIGKILL after
+the grace period), real evictions, preemptions and node loss, garbage collection through the owner
+reference, CRD schema validation and defaulting by the API server, and RBAC enforced by the API server
+rather than compared with the manifest.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from fake_api import FakeApiServer, rbac_allows
+from kubernetes import client
+
+from elastic.cluster.base import WorkerLaunch
+from elastic.cluster.kubernetes import KubernetesWorkers, exit_reason, observe_pod, pod_manifest
+from elastic.controller.kube_status import KubeStatus
+from elastic.controller.loop import JobController
+from elastic.rendezvous.state import Closed
+from elastic.spec import parse_job
+from elastic.store import JobKeys, Store
+from elastic.store.server import EtcdServer
+
+RBAC = Path(__file__).resolve().parents[2] / "manifests" / "rbac.yaml"
+
+
+def job_doc(name: str, **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "elastic.dev/v1alpha1",
+        "kind": "ElasticJob",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "minReplicas": 2, "maxReplicas": 2, "replicas": 2,
+            "worker": {"command": ["python", "train.py"], "args": ["--steps", "10"], "image": "example/train:1",
+                       "resources": {"limits": {"cpu": "2", "memory": "4Gi"}}},
+            "failurePolicy": {"maxRestarts": 3},
+            **spec,
+        },
+    }  # fmt: skip
+
+
+def pod(phase: str, code: int | None = None, container_reason: str | None = None, **status: Any) -> dict[str, Any]:
+    pod_status: dict[str, Any] = {"phase": phase, **status}
+    if code is not None:
+        terminated = {"exitCode": code, "reason": container_reason or "Error"}
+        pod_status["containerStatuses"] = [{"name": "worker", "state": {"terminated": terminated}}]
+    meta = {"name": "j-1", "labels": {"elastic.dev/worker": "j-1"}, "creationTimestamp": "2026-01-01T00:00:00Z"}
+    return {"metadata": meta, "status": pod_status}
+
+
+DISRUPTION = {"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler"}
+TAINT = {"type": "DisruptionTarget", "status": "True", "reason": "DeletionByTaintManager"}
+
+
+@pytest.mark.parametrize(
+    ("pod_json", "alive", "code", "reason"),
+    [
+        (pod("Pending"), True, None, None),
+        (pod("Running"), True, None, None),
+        (pod("Succeeded", 0, "Completed"), False, 0, None),
+        (pod("Failed", 137), False, 137, None),
+        (pod("Failed", 137, "OOMKilled"), False, 137, "OOMKilled"),
+        (pod("Failed", 137, reason="Evicted", conditions=[DISRUPTION]), False, 137, "Evicted"),
+        (pod("Failed", 143, conditions=[DISRUPTION]), False, 143, "DisruptionTarget"),
+        (pod("Failed", 137, conditions=[TAINT]), False, 137, "NodeLost"),
+        (pod("Failed", reason="NodeLost"), False, None, "NodeLost"),
+        (pod("Failed", reason="UnexpectedAdmissionError"), False, None, "NodeLost"),
+        (pod("Unknown"), False, None, "NodeLost"),
+    ],
+)
+def test_pod_states_map_to_worker_exits(pod_json: dict, alive: bool, code: int | None, reason: str | None) -> None:
+    seen = observe_pod(pod_json, stopping=False)
+    assert (seen.name, seen.alive, seen.exit_code, seen.reason) == ("j-1", alive, code, reason)
+    assert seen.started_at > 0
+    if not alive:
+        assert exit_reason(pod_json) == reason
+
+
+def test_the_pod_of_a_worker(fake: FakeApiServer, core: client.CoreV1Api) -> None:
+    stored = fake.add_job(job_doc("pj"))
+    job = parse_job({**job_doc("pj"), "metadata": {"name": "pj", "uid": stored["metadata"]["uid"]}})
+    launch = WorkerLaunch(
+        "pj-00aa", [sys.executable, "-m", "elastic.rendezvous.agent", "--local-addr=127.0.0.1", "--no-python",
+                    sys.executable, "train.py"], {"ELASTIC_ETCD_ENDPOINTS": "http://etcd:2379"})  # fmt: skip
+    KubernetesWorkers(core, job).start(launch)
+    created = fake.pods[("default", "pj-00aa")]
+    assert created == {**pod_manifest(job, "default", launch, 1), **{k: created[k] for k in ("metadata", "status")}}
+    container = created["spec"]["containers"][0]
+    assert created["spec"]["restartPolicy"] == "Never"
+    assert container["name"] == "worker" and container["image"] == "example/train:1"
+    assert container["command"] == ["python", "-m", "elastic.rendezvous.agent", "--local-addr=$(POD_IP)", "--no-python",
+                                    "python", "train.py"]  # fmt: skip
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["ELASTIC_WORKER"] == "pj-00aa" and env["ELASTIC_ETCD_ENDPOINTS"] == "http://etcd:2379"
+    assert container["resources"] == {"limits": {"cpu": "2", "memory": "4Gi"}}
+    assert created["metadata"]["labels"] == {
+        "elastic.dev/job": "pj", "elastic.dev/worker": "pj-00aa", "elastic.dev/incarnation": "1"}  # fmt: skip
+    assert created["metadata"]["ownerReferences"] == [
+        {"apiVersion": "elastic.dev/v1alpha1", "kind": "ElasticJob", "name": "pj", "uid": stored["metadata"]["uid"],
+         "controller": True}]  # fmt: skip
+    # A second controller (restarted, or the new leader) adopts the pod and carries the incarnation on.
+    adopted = KubernetesWorkers(core, job)
+    assert [w.name for w in adopted.observe()] == ["pj-00aa"]
+    adopted.start(WorkerLaunch("pj-00bb", [sys.executable, "x.py"], {}))
+    assert fake.pods[("default", "pj-00bb")]["metadata"]["labels"]["elastic.dev/incarnation"] == "2"
+
+
+def test_a_pod_gone_without_being_asked_is_a_lost_node(fake: FakeApiServer, core: client.CoreV1Api) -> None:
+    fake.add_job(job_doc("gj"))
+    workers = KubernetesWorkers(core, parse_job(job_doc("gj")))
+    workers.start(WorkerLaunch("gj-0001", ["python", "x.py"], {}))
+    workers.start(WorkerLaunch("gj-0002", ["python", "x.py"], {}))
+    with fake.lock:
+        del fake.pods[("default", "gj-0001")]  # the node and its pods vanished
+    workers.stop("gj-0002")
+    seen = {w.name: w for w in workers.observe()}
+    assert (seen["gj-0001"].alive, seen["gj-0001"].reason, seen["gj-0001"].stopping) == (False, "NodeLost", False)
+    assert (seen["gj-0002"].alive, seen["gj-0002"].reason, seen["gj-0002"].stopping) == (False, None, True)
+    assert fake.deletions == [("gj-0002", 15)]
+
+
+def test_a_preempted_pod_is_a_failure_to_classify_not_a_stop(fake: FakeApiServer, core: client.CoreV1Api) -> None:
+    fake.add_job(job_doc("rj"))
+    workers = KubernetesWorkers(core, parse_job(job_doc("rj")))
+    workers.start(WorkerLaunch("rj-0001", ["python", "x.py"], {}))
+    preempting = {"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler"}
+    fake.set_pod("rj-0001", "Running", conditions=[preempting])
+    with fake.lock:
+        fake.pods[("default", "rj-0001")]["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    adopted = KubernetesWorkers(core, parse_job(job_doc("rj")))  # a controller restarted meanwhile
+    for seen in (workers.observe()[0], adopted.observe()[0]):
+        assert (seen.alive, seen.stopping) == (True, False)
+    fake.set_pod("rj-0001", "Failed", 143, conditions=[preempting])
+    for seen in (workers.observe()[0], adopted.observe()[0]):
+        assert (seen.alive, seen.exit_code, seen.reason, seen.stopping) == (False, 143, "DisruptionTarget", False)
+
+
+class Harness:
+    """One ElasticJob on the fake cluster, driven by a real JobController against a real etcd."""
+
+    def __init__(self, fake: FakeApiServer, api: client.ApiClient, etcd: EtcdServer, **spec: Any) -> None:
+        self.fake = fake
+        self.name = f"kj-{uuid.uuid4().hex[:6]}"
+        doc = job_doc(self.name, **spec)
+        stored = fake.add_job(doc)
+        self.job = parse_job({**doc, "metadata": {**doc["metadata"], "uid": stored["metadata"]["uid"]}})
+        self.store = Store(etcd.client_url, retry_seconds=5)
+        self.keys = JobKeys("default", self.name)
+        self.core, self.custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
+        self.workers = KubernetesWorkers(self.core, self.job, "default")
+        self.controller = JobController(self.store, self.job, self.workers, etcd.client_url)
+        self.kube_status = KubeStatus(self.custom, self.core, self.job)
+
+    def step(self) -> dict[str, Any]:
+        status = self.controller.step()
+        self.kube_status.publish(status)
+        return status
+
+    def pods(self) -> list[str]:
+        return sorted(self.fake.pods_of(self.name))
+
+    def start_training(self) -> list[str]:
+        """Init the run, create the pods, run them, and seal round 0 with one member per pod."""
+        self.step()
+        self.step()
+        names = self.pods()
+        assert len(names) == 2
+        for name in names:
+            self.fake.set_pod(name, "Running")
+        state = self.controller.run.read()
+        members = {f"{name}-{100 + i}-ab{i}": i for i, name in enumerate(names)}
+        assert self.controller.run.seal(state, state.round, members, [])
+        assert self.step()["phase"] == "Running"
+        return names
+
+    def until_done(self, steps: int = 6) -> dict[str, Any]:
+        for _ in range(steps):
+            status = self.step()
+            if self.controller.done():
+                return status
+        raise AssertionError(f"not done after {steps} steps: {self.controller.status}")
+
+    def budget(self) -> dict[str, Any]:
+        return self.store.get_json(self.keys.budget) or {}
+
+    def kube_job(self) -> dict[str, Any]:
+        return self.custom.get_namespaced_custom_object("elastic.dev", "v1alpha1", "default", "elasticjobs", self.name)
+
+    def reasons(self) -> list[str]:
+        return [e["reason"] for e in self.fake.events_for(self.name)]
+
+    def close(self) -> None:
+        self.store.close()
+
+
+@pytest.fixture
+def harness(fake: FakeApiServer, api_client: client.ApiClient, etcd_server: EtcdServer):
+    made: list[Harness] = []
+
+    def make(**spec: Any) -> Harness:
+        made.append(Harness(fake, api_client, etcd_server, **spec))
+        return made[-1]
+
+    yield make
+    for h in made:
+        h.close()
+    allowed = rbac_allows(list(yaml.safe_load_all(RBAC.read_text())))
+    assert set(fake.requests) <= allowed, f"requests outside manifests/rbac.yaml: {set(fake.requests) - allowed}"
+
+
+def test_a_pod_failing_with_137_costs_one_charge_and_is_replaced(harness) -> None:
+    h = harness()
+    first, second = h.start_training()
+    h.fake.set_pod(second, "Failed", 137)
+    status = h.step()
+    assert h.budget()["used"] == 1
+    assert status["restarts"] == {"used": 1, "max": 3} and status["phase"] == "Restarting"
+    assert status["lastFailure"]["exitCode"] == 137
+    pods = h.pods()
+    assert first in pods and second not in pods and len(pods) == 2
+    assert (second, 0) in h.fake.deletions
+    h.step()  # level-triggered: nothing more is charged or started
+    assert h.budget()["used"] == 1 and len(h.pods()) == 2
+    # (e) the status subresource, the scale subresource and the story in Events
+    kube = h.kube_job()
+    assert kube["status"]["phase"] == "Restarting" and kube["status"]["restartsText"] == "1/3"
+    assert kube["status"]["selector"] == f"elastic.dev/job={h.name}"
+    assert kube["spec"]["replicas"] == 2  # the status subresource leaves the spec alone
+    # the replacement pod is Pending, which counts as active
+    scale = h.custom.get_namespaced_custom_object_scale("elastic.dev", "v1alpha1", "default", "elasticjobs", h.name)
+    assert scale["status"] == {"replicas": 2, "selector": f"elastic.dev/job={h.name}"}
+    assert h.reasons() == ["Gathering", "RoundSealed", "Restarted", "WorkerExited"]
+    restarted = h.fake.events_for(h.name)[2]
+    assert restarted["type"] == "Warning" and "exit code 137" in restarted["message"] and "1/3" in restarted["message"]
+    assert restarted["involvedObject"]["uid"] == h.job.metadata.uid
+    assert set(h.fake.patch_types) == {"application/merge-patch+json"}
+
+
+def test_oom_killed_with_a_fail_job_rule_fails_the_job_and_deletes_its_pods(harness) -> None:
+    h = harness(failurePolicy={"maxRestarts": 3, "rules": [{"action": "FailJob", "onReasons": ["OOMKilled"]}]})
+    _, second = h.start_training()
+    h.fake.set_pod(second, "Failed", 137, container_reason="OOMKilled")
+    status = h.until_done()
+    assert status["phase"] == "Failed" and "OOMKilled" in status["message"]
+    assert h.controller.run.read().closed is not None
+    assert h.pods() == [] and h.budget()["used"] == 0
+    assert h.kube_job()["status"]["phase"] == "Failed"
+    failed = h.fake.events_for(h.name)[-1]
+    assert failed["type"] == "Warning" and failed["reason"] == status["reason"] and "Restarted" not in h.reasons()
+
+
+def test_an_evicted_pod_with_an_ignore_rule_costs_nothing_and_is_replaced(harness) -> None:
+    h = harness(failurePolicy={"maxRestarts": 3, "rules": [{"action": "Ignore", "onReasons": ["Evicted"]}]})
+    first, second = h.start_training()
+    evicted = {"type": "DisruptionTarget", "status": "True", "reason": "TerminationByKubelet"}
+    h.fake.set_pod(second, "Failed", 137, reason="Evicted", conditions=[evicted])
+    status = h.step()
+    assert h.budget()["used"] == 0 and status["restarts"]["used"] == 0
+    assert h.controller.run.read().round.number == 1  # the round ended (re-rendezvous), without a charge
+    pods = h.pods()
+    assert first in pods and second not in pods and len(pods) == 2
+    assert "Restarted" not in h.reasons()
+
+
+def test_success_deletes_the_pods(harness) -> None:
+    h = harness()
+    first, second = h.start_training()
+    h.fake.set_pod(first, "Succeeded", 0)
+    state = h.controller.run.read()
+    h.controller.run.close(state, Closed("Succeeded", "all workers finished", time.time()))
+    status = h.until_done()
+    assert status["phase"] == "Succeeded"
+    assert (second, 15) in h.fake.deletions  # the one still running is stopped gracefully
+    h.workers.finish()  # the job is done: what is left (the succeeded pod) goes
+    assert h.pods() == [] and (first, 0) in h.fake.deletions
+    assert h.kube_job()["status"]["phase"] == "Succeeded" and h.reasons()[-1] == "Succeeded"
