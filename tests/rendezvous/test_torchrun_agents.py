@@ -181,3 +181,11 @@ def test_elastic_agent_charges_a_retryable_exit_code_once(training_job) -> None:
     charges = job.budget()["charges"]
     assert len(charges) == 1 and charges[0]["exit_code"] == 137, charges
     assert job.closed()["reason"] == "Succeeded"
+
+
+def test_an_agent_that_cannot_join_in_time_gets_a_clear_error(training_job) -> None:
+    job = training_job(nnodes="2:2", conf={"join_timeout": 3})
+    lonely = job.add_agent()
+    assert lonely.wait(timeout=STARTUP) != 0
+    output = lonely.output()
+    assert "could not join a round" in output and "within 3 s" in output and "need 2 to 2 members" in output
