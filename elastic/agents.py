@@ -18,6 +18,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from elastic.cluster.processes import children_of
+
 EXAMPLE_SCRIPT = Path(__file__).resolve().parent.parent / "examples" / "train_ddp.py"
 STEP_LINE = re.compile(r"^step=(\d+) loss=([\d.]+) world_size=(\d+) restart=(\d+) time=([\d.]+)$", re.M)
 
@@ -29,6 +31,11 @@ class Step:
     world_size: int
     restart: int
     time: float
+
+
+def parse_steps(text: str) -> list[Step]:
+    """The step lines `examples/train_ddp.py` prints (rank 0), in the order printed."""
+    return [Step(int(m[1]), float(m[2]), int(m[3]), int(m[4]), float(m[5])) for m in STEP_LINE.finditer(text)]
 
 
 def wait_until(predicate: Callable[[], object], timeout: float, interval: float = 0.1) -> bool:
@@ -94,9 +101,7 @@ class AgentProcess:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
     def steps(self) -> list[Step]:
-        return [
-            Step(int(m[1]), float(m[2]), int(m[3]), int(m[4]), float(m[5])) for m in STEP_LINE.finditer(self.output())
-        ]
+        return parse_steps(self.output())
 
     def worker_pids(self) -> list[int]:
         """The training processes this agent started (its direct children)."""
@@ -136,21 +141,3 @@ class AgentProcess:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
-
-
-def _stat_fields(pid: int) -> list[str] | None:
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return text[text.rindex(")") + 2 :].split()
-
-
-def children_of(pid: int) -> list[int]:
-    result = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            fields = _stat_fields(int(entry.name))
-            if fields and fields[1] == str(pid) and fields[0] != "Z":
-                result.append(int(entry.name))
-    return sorted(result)

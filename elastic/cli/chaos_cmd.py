@@ -6,8 +6,8 @@ import argparse
 import os
 import signal
 
-from elastic.agents import children_of
 from elastic.cli.common import add_etcd_option, connect
+from elastic.cluster.processes import children_of
 from elastic.errors import PermanentError
 from elastic.store import JobKeys
 

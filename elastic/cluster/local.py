@@ -17,8 +17,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from elastic.agents import children_of
 from elastic.cluster.base import WorkerLaunch, WorkerObservation
+from elastic.cluster.processes import descendants_of, environ_of, is_running
 from elastic.store import JobKeys, Store
 
 log = logging.getLogger(__name__)
@@ -106,7 +106,7 @@ class LocalProcesses:
     def _refresh(self, worker: _Worker) -> None:
         if worker.gone:
             return
-        worker.descendants = tuple(sorted(set(worker.descendants) | set(_tree(worker.pid))))
+        worker.descendants = tuple(sorted(set(worker.descendants) | set(descendants_of(worker.pid))))
         if worker.process is not None:
             code = worker.process.poll()
             if code is not None:
@@ -162,17 +162,6 @@ class LocalProcesses:
         pass
 
 
-def _tree(pid: int) -> list[int]:
-    """The process and its descendants (torch starts training processes in sessions of their own)."""
-    result, frontier = [], [pid]
-    while frontier:
-        current = frontier.pop()
-        kids = children_of(current)
-        result.extend(kids)
-        frontier.extend(kids)
-    return result
-
-
 def _kill_all(pids: tuple[int, ...] | list[int]) -> None:
     for pid in pids:
         with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -181,9 +170,4 @@ def _kill_all(pids: tuple[int, ...] | list[int]) -> None:
 
 def _is_our_worker(pid: int, name: str) -> bool:
     """pid is alive and is that worker (pids get reused)."""
-    try:
-        environ = Path(f"/proc/{pid}/environ").read_bytes()
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z" and f"ELASTIC_WORKER={name}".encode() in environ.split(b"\0")
+    return is_running(pid) and f"ELASTIC_WORKER={name}" in environ_of(pid)

@@ -65,11 +65,11 @@ class JobRun:
 
     def read(self) -> JobState:
         entries, revision = self.store.get_prefix(self.keys.prefix)
-        return JobState.parse(self.keys, [e for e in entries if not self._bulky(e.key)], revision)
+        return JobState.parse(self.keys, [e for e in entries if self.decides_on(e.key)], revision)
 
-    def _bulky(self, key: str) -> bool:
-        """Keys the protocol never decides on (the workers' store, progress reports)."""
-        return key.startswith((self.keys.store_root, self.keys.progress, self.keys.workers_prefix))
+    def decides_on(self, key: str) -> bool:
+        """False for keys the protocol never reads (the agents' store, progress, worker records)."""
+        return not key.startswith((self.keys.store_root, self.keys.progress, self.keys.workers_prefix))
 
     def failure_policy(self, state: JobState) -> tuple[Sequence[Rule], RestartPolicy]:
         """The job's rules when a spec was submitted (controller, compose); else restart on any failure."""

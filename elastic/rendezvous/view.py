@@ -53,7 +53,7 @@ class JobView:
         if self._error is not None:
             return self.run.read()
         with self._changed:
-            entries = [e for key, e in self._entries.items() if not self.run._bulky(key)]
+            entries = [e for key, e in self._entries.items() if self.run.decides_on(key)]
             revision = self._revision
         return JobState.parse(self.run.keys, entries, revision)
 

@@ -10,7 +10,8 @@ from typing import Any
 
 import yaml
 
-from elastic.agents import STEP_LINE, Step
+from elastic.agents import Step, parse_steps
+from elastic.cluster.processes import pids_with_env
 from elastic.store import JobKeys, Store
 from elastic.store.server import EtcdServer
 
@@ -75,8 +76,7 @@ class ElasticCli:
     def steps(self, log_dir: Path) -> list[Step]:
         steps = []
         for log in log_dir.glob("*.log"):
-            text = log.read_text(errors="replace")
-            steps += [Step(int(m[1]), float(m[2]), int(m[3]), int(m[4]), float(m[5])) for m in STEP_LINE.finditer(text)]
+            steps += parse_steps(log.read_text(errors="replace"))
         return sorted(steps, key=lambda s: s.time)
 
     def stop(self) -> None:
@@ -92,16 +92,4 @@ class ElasticCli:
 
 def processes_of(job_name: str) -> list[int]:
     """Live processes (agents and training processes) that belong to a job's workers."""
-    found = []
-    marker = f"ELASTIC_WORKER={job_name}-".encode()
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            environ = (entry / "environ").read_bytes()
-            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if state != "Z" and any(var.startswith(marker) for var in environ.split(b"\0")):
-            found.append(int(entry.name))
-    return found
+    return pids_with_env(f"ELASTIC_WORKER={job_name}-")

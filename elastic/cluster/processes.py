@@ -1,0 +1,61 @@
+"""Reading the process table (Linux /proc): which processes an agent started, and whether one is alive.
+
+torch starts training processes in sessions of their own, so neither a process group nor a session
+finds them: only the parent links do.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def _stat_fields(pid: int) -> list[str] | None:
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return text[text.rindex(")") + 2 :].split()
+
+
+def children_of(pid: int) -> list[int]:
+    result = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            fields = _stat_fields(int(entry.name))
+            if fields and fields[1] == str(pid) and fields[0] != "Z":
+                result.append(int(entry.name))
+    return sorted(result)
+
+
+def descendants_of(pid: int) -> list[int]:
+    """Children, grandchildren, ...: an agent's training processes and whatever they started."""
+    result, frontier = [], [pid]
+    while frontier:
+        kids = children_of(frontier.pop())
+        result.extend(kids)
+        frontier.extend(kids)
+    return result
+
+
+def is_running(pid: int) -> bool:
+    fields = _stat_fields(pid)
+    return fields is not None and fields[0] != "Z"
+
+
+def environ_of(pid: int) -> list[str]:
+    try:
+        raw = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return []
+    return [item.decode(errors="replace") for item in raw.split(b"\0") if item]
+
+
+def pids_with_env(prefix: str) -> list[int]:
+    """Running processes with an environment entry starting with `prefix` (e.g. `ELASTIC_WORKER=job-`)."""
+    return sorted(
+        int(entry.name)
+        for entry in Path("/proc").iterdir()
+        if entry.name.isdigit()
+        and is_running(int(entry.name))
+        and any(item.startswith(prefix) for item in environ_of(int(entry.name)))
+    )
