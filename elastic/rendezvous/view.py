@@ -20,6 +20,7 @@ class JobView:
         entries, revision = run.store.get_prefix(run.keys.prefix)
         self._entries: dict[str, Entry] = {e.key: e for e in entries}
         self._revision = revision
+        self._parsed: JobState | None = None
         self._changed = threading.Condition()
         self._watch = PrefixWatch(run.store, run.keys.prefix, start_revision=revision + 1)
         self._stopped = threading.Event()
@@ -50,12 +51,15 @@ class JobView:
         return self._revision
 
     def state(self) -> JobState:
+        """The job's state at the latest revision seen; parsed once per revision (polled every 0.2 s)."""
         if self._error is not None:
             return self.run.read()
         with self._changed:
+            if self._parsed is not None and self._parsed.revision == self._revision:
+                return self._parsed
             entries = [e for key, e in self._entries.items() if self.run.decides_on(key)]
-            revision = self._revision
-        return JobState.parse(self.run.keys, entries, revision)
+            self._parsed = JobState.parse(self.run.keys, entries, self._revision)
+            return self._parsed
 
     def wait_for_change(self, after_revision: int, timeout: float | None) -> bool:
         """Block until the view moves past `after_revision`; False on timeout."""
