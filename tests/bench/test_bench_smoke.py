@@ -1,0 +1,59 @@
+"""The benchmarks run: each script, with the tiniest settings, exits 0 and ends with RESULT lines.
+
+Why: bench/ is not part of the test suite, but a benchmark that no longer starts (an API moved, a log line
+changed) should be caught before someone spends an hour on a full run. Speed is not judged here.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+RESULT = re.compile(r"^RESULT (\S+) etcd-v3=(\S+) c10d=(\S+) ratio=(\S+)$", re.M)
+
+pytestmark = pytest.mark.slow
+
+
+def run_bench(script: str, *args: str, timeout: float = 240) -> str:
+    completed = subprocess.run(
+        [sys.executable, str(BENCH / script), *args], capture_output=True, text=True, timeout=timeout,
+        cwd=BENCH.parent,
+    )
+    assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
+    return completed.stdout
+
+
+def results(output: str) -> dict[str, tuple[str, str, str]]:
+    found = {m[1]: (m[2], m[3], m[4]) for m in RESULT.finditer(output)}
+    assert found, f"no RESULT lines in:\n{output[-3000:]}"
+    return found
+
+
+def test_recovery_cold_start_runs(tmp_path: Path) -> None:
+    out = run_bench("recovery.py", "--repeat", "1", "--scenarios", "cold_start", "--variants", "etcd-v3,c10d-equal",
+                    "--out", str(tmp_path))
+    found = results(out)
+    etcd_v3, c10d, _ = found["cold_start_s_equal"]
+    assert float(etcd_v3) > 0 and float(c10d) > 0, found
+    assert (tmp_path / "recovery_runs.csv").exists()
+
+
+def test_scale_runs_with_four_members(tmp_path: Path) -> None:
+    out = run_bench("scale.py", "--sizes", "4", "--repeat", "1", "--timeout", "60", "--out", str(tmp_path))
+    found = results(out)
+    assert {"rdzv_4_members_s_defaults", "rdzv_4_members_s_equal", "store_requests_per_round_4"} <= set(found)
+    assert float(found["rdzv_4_members_s_defaults"][0]) > 0
+    assert (tmp_path / "scale_runs.csv").exists()
+
+
+def test_overhead_runs(tmp_path: Path) -> None:
+    out = run_bench("overhead.py", "--repeat", "1", "--window", "2", "--warmup", "0.5",
+                    "--variants", "etcd-v3,c10d-defaults", "--out", str(tmp_path))
+    found = results(out)
+    assert float(found["steps_per_s_defaults"][0]) > 0, found
+    assert "store_requests_per_s_steady" in found
