@@ -310,3 +310,13 @@ def etcd_server(extra_flags: list[str] | None = None):
 def log(message: str) -> None:
     """Progress on stderr, so that stdout stays the report."""
     print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One backend with one set of settings, as a column of a benchmark table."""
+
+    name: str
+    backend: str
+    conf: dict[str, object]
+    description: str

@@ -37,15 +37,9 @@ except ModuleNotFoundError:  # run as a script: bench/ is on sys.path, the repo 
 
 from elastic.store.server import EtcdServer
 
+Variant = common.Variant
+
 MONITOR_INTERVAL = 0.2  # what torchrun_command passes to every agent
-
-
-@dataclass(frozen=True)
-class Variant:
-    name: str
-    backend: str
-    conf: dict[str, object]
-    description: str
 
 
 VARIANTS = [

@@ -48,16 +48,10 @@ except ModuleNotFoundError:  # run as a script: bench/ is on sys.path, the repo 
 
 from elastic.store.server import EtcdServer
 
+Variant = common.Variant
+
 STEP_SECONDS = 0.05
 CHECKPOINT_EVERY = 5
-
-
-@dataclass(frozen=True)
-class Variant:
-    name: str
-    backend: str
-    conf: dict[str, object]
-    description: str
 
 
 ETCD_V3 = Variant(

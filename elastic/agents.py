@@ -38,6 +38,16 @@ def parse_steps(text: str) -> list[Step]:
     return [Step(int(m[1]), float(m[2]), int(m[3]), int(m[4]), float(m[5])) for m in STEP_LINE.finditer(text)]
 
 
+def seconds_until(condition: Callable[[], object], timeout: float, poll: float = 0.1) -> float:
+    """Seconds until `condition` held (for tests that bound how long something takes); fails after `timeout`."""
+    start = time.monotonic()
+    while not condition():
+        if time.monotonic() - start > timeout:
+            raise AssertionError(f"condition not met within {timeout} s")
+        time.sleep(poll)
+    return time.monotonic() - start
+
+
 def wait_until(predicate: Callable[[], object], timeout: float, interval: float = 0.1) -> bool:
     """Poll `predicate` until it is truthy or `timeout` passes: the only way tests wait."""
     deadline = time.monotonic() + timeout

@@ -8,28 +8,18 @@ Deployment, a real pod kill, and the API server's own Lease semantics and RBAC e
 
 from __future__ import annotations
 
-import time
 import uuid
-from collections.abc import Callable
 from pathlib import Path
 
 import yaml
 from fake_api import FakeApiServer, rbac_allows
 from kubernetes import client
 
+from elastic.agents import seconds_until
 from elastic.controller.kube_manager import KubernetesControllerManager
 from elastic.spec import parse_job
 from elastic.store import JobKeys, Store
 from elastic.store.server import EtcdServer
-
-
-def wait_for(condition: Callable[[], bool], timeout: float, poll: float = 0.1) -> float:
-    start = time.monotonic()
-    while not condition():
-        if time.monotonic() - start > timeout:
-            raise AssertionError(f"condition not met within {timeout} s")
-        time.sleep(poll)
-    return time.monotonic() - start
 
 
 def test_only_the_leader_reconciles_and_the_other_takes_over(
@@ -59,7 +49,7 @@ def test_only_the_leader_reconciles_and_the_other_takes_over(
         assert fake.jobs[("team-a", name)]["status"]["phase"] == "Created"
 
         # controller-a is killed (it steps no more): controller-b leads once the lease expired
-        waited = wait_for(b.step, timeout=2 + 1.5)
+        waited = seconds_until(b.step, timeout=2 + 1.5)
         assert waited <= 2 + 1.0
         b.step()
         assert sorted(fake.pods_of(name, "team-a")) == pods  # adopted, not duplicated

@@ -10,7 +10,6 @@ Role that limits get/update to the lease named `elastic-controller`.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -18,6 +17,7 @@ import yaml
 from fake_api import FakeApiServer, rbac_allows
 from kubernetes import client
 
+from elastic.agents import seconds_until
 from elastic.controller.leader import LEASE_NAME, Decision, LeaderElector, LeaseRecord, decide
 
 NOW = 1000.0
@@ -41,16 +41,6 @@ def test_decide(record: LeaseRecord | None, expected: Decision) -> None:
     assert decide(record, "me", NOW) is expected
 
 
-def wait_for(condition: Callable[[], bool], timeout: float, poll: float = 0.1) -> float:
-    """Seconds until `condition` held; fails after `timeout`."""
-    start = time.monotonic()
-    while not condition():
-        if time.monotonic() - start > timeout:
-            raise AssertionError(f"condition not met within {timeout} s")
-        time.sleep(poll)
-    return time.monotonic() - start
-
-
 def test_only_one_of_two_leads_and_the_other_takes_over_within_the_lease(
     fake: FakeApiServer, coordination: client.CoordinationV1Api
 ) -> None:
@@ -66,7 +56,7 @@ def test_only_one_of_two_leads_and_the_other_takes_over_within_the_lease(
 
     # controller-a is killed: it renews no more. controller-b leads once the lease expired, not before.
     killed_at = time.monotonic()
-    waited = wait_for(b.try_acquire_or_renew, timeout=2 + 1.5)
+    waited = seconds_until(b.try_acquire_or_renew, timeout=2 + 1.5)
     assert waited <= 2 + 1.0
     assert time.monotonic() - killed_at >= 2 - 0.5  # it waited for the lease to expire
     lease = fake.leases[("elastic-system", LEASE_NAME)]["spec"]
@@ -108,5 +98,5 @@ def test_an_unreachable_api_server_keeps_a_leader_only_until_its_renew_deadline(
     assert a.try_acquire_or_renew()
     fake.fail_leases = True
     assert a.try_acquire_or_renew() is True  # one failed renewal is not a lost lease
-    wait_for(lambda: not a.try_acquire_or_renew(), timeout=1.5)
+    seconds_until(lambda: not a.try_acquire_or_renew(), timeout=1.5)
     assert a.is_leader is False
