@@ -8,6 +8,7 @@ from elastic.store.client import (
     Store,
     TlsOptions,
     TxnResult,
+    UnchangedSince,
     ValueIs,
     dumps,
 )
@@ -26,6 +27,7 @@ __all__ = [
     "Store",
     "TlsOptions",
     "TxnResult",
+    "UnchangedSince",
     "ValueIs",
     "WatchEvent",
     "dumps",

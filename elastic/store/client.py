@@ -85,6 +85,18 @@ class ModRevisionIs:
 
 
 @dataclass(frozen=True)
+class UnchangedSince:
+    """No key under `prefix` was written after `revision` (one comparison, however many keys).
+
+    etcd caps a transaction's comparisons (--max-txn-ops, 128 by default): comparing every member key one
+    by one would make rounds of 128+ members impossible to seal.
+    """
+
+    prefix: str
+    revision: int
+
+
+@dataclass(frozen=True)
 class ValueIs:
     key: str
     value: bytes | str
@@ -107,7 +119,7 @@ class Delete:
     prefix: bool = False
 
 
-Compare = ModRevisionIs | ValueIs
+Compare = ModRevisionIs | UnchangedSince | ValueIs
 Op = Put | Delete
 
 
@@ -244,11 +256,13 @@ class Store:
         )
         return [_entry(kv) for kv in response.kvs], response.header.revision
 
-    def put(self, key: str, value: bytes | str, lease: int | None = None) -> None:
-        self._call(f"put {key}", lambda: self.client.put(key, value, lease=lease))
+    def put(self, key: str, value: bytes | str, lease: int | None = None) -> int:
+        """Write `key`; returns the revision of the write."""
+        response = self._call(f"put {key}", lambda: self.client.put(key, value, lease=lease))
+        return int(response.header.revision)
 
-    def put_json(self, key: str, obj: Any, lease: int | None = None) -> None:
-        self.put(key, dumps(obj), lease)
+    def put_json(self, key: str, obj: Any, lease: int | None = None) -> int:
+        return self.put(key, dumps(obj), lease)
 
     def delete(self, key: str) -> bool:
         return bool(self._call(f"delete {key}", lambda: self.client.delete(key)))
@@ -322,6 +336,8 @@ def _entry(kv: Any) -> Entry:
 def _compare(c: Compare) -> etcd_txn.BaseCompare:
     if isinstance(c, ModRevisionIs):
         return etcd_txn.Mod(c.key) == c.revision
+    if isinstance(c, UnchangedSince):
+        return etcd_txn.Mod(c.prefix, range_end=pyetcd.utils.prefix_range_end(c.prefix.encode())) < c.revision + 1
     return etcd_txn.Value(c.key) == c.value
 
 

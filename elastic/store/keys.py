@@ -5,6 +5,7 @@ Values under these keys are JSON, so `etcdctl get --prefix /elastic/` reads like
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 ROOT = "/elastic/"
@@ -12,7 +13,8 @@ ROOT = "/elastic/"
 
 @dataclass(frozen=True)
 class JobKeys:
-    """Keys of one job, identified by namespace and name."""
+    """Keys of one job, identified by namespace and name (each key string is built once: the state of a
+    job is parsed at every revision, for every key)."""
 
     namespace: str
     name: str
@@ -25,49 +27,49 @@ class JobKeys:
             raise ValueError(f"job {job!r}: expected 'namespace/name' or 'name'")
         return cls(namespace or "default", name)
 
-    @property
+    @functools.cached_property
     def prefix(self) -> str:
         return f"{ROOT}jobs/{self.namespace}/{self.name}/"
 
-    @property
+    @functools.cached_property
     def spec(self) -> str:
         return self.prefix + "spec"
 
-    @property
+    @functools.cached_property
     def run(self) -> str:
         return self.prefix + "run"
 
-    @property
+    @functools.cached_property
     def members_prefix(self) -> str:
         return self.prefix + "members/"
 
     def member(self, member_id: str) -> str:
         return self.members_prefix + member_id
 
-    @property
+    @functools.cached_property
     def round(self) -> str:
         return self.prefix + "round"
 
-    @property
+    @functools.cached_property
     def budget(self) -> str:
         return self.prefix + "budget"
 
-    @property
+    @functools.cached_property
     def status(self) -> str:
         return self.prefix + "status"
 
-    @property
+    @functools.cached_property
     def closed(self) -> str:
         return self.prefix + "closed"
 
-    @property
+    @functools.cached_property
     def departed_prefix(self) -> str:
         return self.prefix + "departed/"
 
     def departed(self, member_id: str) -> str:
         return self.departed_prefix + member_id
 
-    @property
+    @functools.cached_property
     def incidents_prefix(self) -> str:
         return self.prefix + "incidents/"
 
@@ -77,34 +79,41 @@ class JobKeys:
     def incident(self, round_number: int, member_id: str) -> str:
         return f"{self.incidents(round_number)}{member_id}"
 
-    @property
+    @functools.cached_property
+    def alive_prefix(self) -> str:
+        return self.prefix + "alive/"
+
+    def alive(self, round_number: int) -> str:
+        return f"{self.alive_prefix}{round_number}/"
+
+    def alive_member(self, round_number: int, member_id: str) -> str:
+        return f"{self.alive(round_number)}{member_id}"
+
+    @functools.cached_property
     def progress(self) -> str:
         return self.prefix + "progress"
 
-    @property
+    @functools.cached_property
     def done_prefix(self) -> str:
         return self.prefix + "done/"
 
     def done(self, member_id: str) -> str:
         return self.done_prefix + member_id
 
-    @property
+    @functools.cached_property
     def store_root(self) -> str:
         return self.prefix + "store/"
 
     def store(self, round_number: int) -> str:
         return f"{self.store_root}{round_number}/"
 
-    @property
+    @functools.cached_property
     def workers_prefix(self) -> str:
         return self.prefix + "workers/"
 
     def worker(self, worker_id: str) -> str:
         return self.workers_prefix + worker_id
 
-    def member_id_of(self, key: str) -> str:
-        """The member id in a key under `members/`."""
-        return key[len(self.members_prefix) :]
 
 
 def job_keys_prefix() -> str:

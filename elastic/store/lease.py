@@ -8,6 +8,7 @@ TTL has passed without a successful refresh (by then etcd has expired it anyway)
 from __future__ import annotations
 
 import logging
+import random
 import threading
 import time
 from collections.abc import Callable
@@ -47,7 +48,9 @@ class LeaseKeeper:
         self._thread.start()
 
     def _run(self) -> None:
-        interval = max(self.ttl / 3.0, 0.2)
+        period = max(self.ttl / 3.0, 0.2)
+        interval = period * random.uniform(0.8, 1.0)  # members started together do not refresh together
+        retry = 0.2
         last_ok = time.monotonic()
         while not self._stop.wait(interval):
             try:
@@ -57,13 +60,14 @@ class LeaseKeeper:
                     self._lose(f"no keep-alive reached etcd for {self.ttl} s ({err})")
                     return
                 log.debug("lease %x keep-alive failed, will retry: %s", self.lease_id, err)
-                interval = 0.2
+                # Back off: when etcd is overloaded, N keepers retrying every 0.2 s only overload it more.
+                interval, retry = retry * random.uniform(0.5, 1.0), min(retry * 2, period)
                 continue
             if remaining <= 0:
                 self._lose("etcd reports the lease expired or was revoked")
                 return
             last_ok = time.monotonic()
-            interval = max(self.ttl / 3.0, 0.2)
+            interval, retry = period * random.uniform(0.8, 1.0), 0.2
 
     def _lose(self, reason: str) -> None:
         self.lost_reason = reason

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from elastic.errors import StoreUnavailableError
-from elastic.store import LeaseKeeper, ModRevisionIs, PrefixWatch, Put, Store
+from elastic.store import LeaseKeeper, ModRevisionIs, PrefixWatch, Put, Store, UnchangedSince
 from elastic.store.server import EtcdServer, free_port
 from elastic.testing import available_etcd_binaries
 
@@ -51,6 +51,18 @@ def test_cas_on_mod_revision_rejects_a_stale_writer(store: Store) -> None:
     store.put_json("/t/cas/stale", {"v": 2})
     assert not store.txn([ModRevisionIs(seen.key, seen.mod_revision)], [Put.json(seen.key, {"v": 3})]).succeeded
     assert store.get_json("/t/cas/stale") == {"v": 2}
+
+
+def test_unchanged_since_is_one_comparison_over_a_whole_prefix(store: Store) -> None:
+    """How a round of 128+ members is sealed under etcd's default cap of 128 comparisons per transaction."""
+    for i in range(200):
+        store.put_json(f"/t/unchanged/members/m{i:03d}", {"round": 0})
+    read_at = store.get_prefix("/t/unchanged/members/")[1]
+    seal = [UnchangedSince("/t/unchanged/members/", read_at)]
+    assert store.txn(seal, [Put.json("/t/unchanged/round", {"sealed": True})]).succeeded
+    store.put_json("/t/unchanged/members/m007", {"round": 1})  # a member key written after the read
+    assert not store.txn(seal, [Put.json("/t/unchanged/round", {"sealed": False})]).succeeded
+    assert store.get_json("/t/unchanged/round") == {"sealed": True}
 
 
 def test_unrefreshed_lease_expires_within_ttl_and_watch_sees_delete(store: Store) -> None:
