@@ -2,7 +2,8 @@
 
 Sealing at maxReplicas at once saves every full-size (re)start the `lastCallSeconds` wait; sealing below
 max only after a quiet `lastCallSeconds` gives stragglers of the same restart a chance to make the round,
-so a recovery does not immediately trigger a second, scale-up round.
+so a recovery does not immediately trigger a second, scale-up round. After a failure the stragglers are
+known by name (the members heard from during the incident): once they are all back, the wait is over.
 """
 
 from __future__ import annotations
@@ -27,8 +28,16 @@ def round_can_seal(
     max_replicas: int,
     seconds_since_last_join: float,
     last_call_seconds: float,
+    stragglers: int | None = None,
 ) -> bool:
-    """Whether a round with `members` joined may be sealed now."""
+    """Whether a round with `members` joined may be sealed now.
+
+    `stragglers`: members known to be restarting into this round that have not joined yet; None when
+    nobody is known (a first round, a voluntary change), so that only the last call can end the wait.
+    A member lost for good is never known to be restarting, which is why a node loss need not wait.
+    """
     if members >= max_replicas:
         return True
-    return members >= min_replicas and seconds_since_last_join >= last_call_seconds
+    if members < min_replicas:
+        return False
+    return stragglers == 0 or seconds_since_last_join >= last_call_seconds

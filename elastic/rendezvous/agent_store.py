@@ -70,7 +70,8 @@ class EtcdAgentStore(dist.Store):
         deadline = time.monotonic() + timeout.total_seconds()
         while True:
             seen = self._view.revision
-            entries = [self._store.get(self._key(k)) for k in keys]
+            # From the watched view, not etcd: N agents waiting for rank 0's MASTER_ADDR cost no requests.
+            entries = [self._view.entry(self._key(k)) for k in keys]
             if all(entries):
                 return [e.value for e in entries if e]
             remaining = deadline - time.monotonic()

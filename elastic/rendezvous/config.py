@@ -14,7 +14,8 @@ from elastic.store import JobKeys, TlsOptions
 # What each --rdzv-conf key means; the README's table is this one.
 CONF_KEYS = {
     "lease_seconds": "member lease TTL: how long a silently dead agent counts as present (default 10)",
-    "last_call_seconds": "wait after reaching min nodes for more joiners before sealing (default 2)",
+    "last_call_seconds": "wait after reaching min nodes for more joiners before sealing (default 2); not "
+    "applied after a failure once every member heard from during the incident has re-joined",
     "join_timeout": "seconds an agent may wait to get into a round (default: torchrun's timeout, 900)",
     "max_restarts": "the JOB-level retry budget: failure-caused re-rendezvous of the whole job (default 3)",
     "settle_seconds": "how long a failed agent waits for the other reports of the same incident, so the "

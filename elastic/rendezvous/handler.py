@@ -82,6 +82,7 @@ class EtcdV3RendezvousHandler(RendezvousHandler):
         self._worker_failure: ExitCause | None = None
         self._lock = threading.Lock()
         self._shut_down = False
+        self._answerer: threading.Thread | None = None
         atexit.register(self._at_exit)
 
     # --- torch's interface ---
@@ -183,6 +184,8 @@ class EtcdV3RendezvousHandler(RendezvousHandler):
         self._member_lease = LeaseKeeper.grant(self.store, self.config.lease_seconds)
         self._joined_at = time.time()
         self._view = JobView(self.run)
+        self._answerer = threading.Thread(target=self._answer_incidents, name="incident-answer", daemon=True)
+        self._answerer.start()
 
     def _job_lease_id(self) -> int | None:
         return self._job_lease.lease_id if self._job_lease else None
@@ -224,6 +227,39 @@ class EtcdV3RendezvousHandler(RendezvousHandler):
                 return state
             self._view.wait_for_change(state.revision, timeout=remaining)
 
+    def _answer_incidents(self) -> None:
+        """Answer a peer's failure report in the round this agent trains in, at once, from this thread.
+
+        torch's agent may not notice the failure for a while (its workers can be mid-step), but the answer
+        tells whoever ends the round that this member is alive and will be back, so the next round waits
+        for it, and for nobody who stayed silent (a lost node), instead of waiting out the last call.
+        """
+        view = self._view
+        assert view is not None
+        answered: int | None = None
+        revision = 0
+        while not self._shut_down:
+            changed = view.wait_for_change(revision, timeout=0.5)
+            if not view.following:
+                time.sleep(0.5)  # state() now reads etcd: poll gently
+            elif not changed:
+                continue
+            revision = view.revision
+            with self._lock:
+                joined = self._joined.number if self._joined is not None else None
+                lease = self._member_lease
+            if joined is None or joined == answered:
+                continue  # not training (joining, or answered already): nothing to parse
+            state = view.state()
+            if not _is_current(state, joined) or not state.causes:
+                continue
+            if self.member_id not in state.heard_from() and lease is not None:
+                try:
+                    self.run.answer_incident(joined, self.member_id, lease.lease_id)
+                except StoreUnavailableError as err:
+                    log.warning("could not answer the incident of round %d: %s", joined, err)
+            answered = joined
+
     def _fail_if_permanent(self, state: JobState) -> None:
         if self._worker_failure is None:
             return
@@ -250,7 +286,11 @@ class EtcdV3RendezvousHandler(RendezvousHandler):
         after = self._joined.number if self._joined else None
         gathered: frozenset[str] | None = None
         quiet_since = time.monotonic()
+        written: tuple[int, int] | None = None  # (target round, revision) of this member's last key write
         while True:
+            if self._member_lease.lost.is_set():  # etcd was unreachable for a whole TTL: start over, keyed anew
+                self._member_lease = LeaseKeeper.grant(self.store, self.config.lease_seconds)
+                written = None
             state = self._view.state()
             now_gathered = _gathered(state)
             if now_gathered != gathered:
@@ -269,10 +309,13 @@ class EtcdV3RendezvousHandler(RendezvousHandler):
                     f"{len(state.members)} present)"
                 )
             if isinstance(step, Target):
-                self.run.put_member(self._member(step.round), self._member_lease.lease_id)
+                # Write once, then wait for the view to show it: writing again before it does would only
+                # change the key's revision under the others' seal transactions and make them retry.
+                if written is None or written[0] != step.round or state.revision >= written[1]:
+                    written = (step.round, self.run.put_member(self._member(step.round), self._member_lease.lease_id))
                 self._view.wait_for_change(state.revision, timeout=min(remaining, 1.0))
             elif isinstance(step, Seal):
-                if not self.run.seal(state, step.round, step.ranks, step.members):
+                if not self.run.seal(state, step.round, step.ranks):
                     self._view.wait_for_change(state.revision, timeout=min(remaining, 0.2))
                 else:
                     self._view.wait_for_change(state.revision, timeout=min(remaining, 1.0))

@@ -51,11 +51,10 @@ class Target:
 
 @dataclass(frozen=True)
 class Seal:
-    """Seal the open round with these ranks (conditional on the round and these members being unchanged)."""
+    """Seal the open round with these ranks (conditional on the round and the member keys being unchanged)."""
 
     round: Round
     ranks: dict[str, int]
-    members: tuple[Member, ...]
 
 
 @dataclass(frozen=True)
@@ -99,12 +98,24 @@ def join_step(state: JobState, me: str, settings: Settings, quiet_for: float, af
     gathered = sorted(
         (m for m in state.members.values() if m.target == current.number), key=lambda m: rank_order(m, current)
     )
-    if round_can_seal(len(gathered), settings.min_nodes, settings.max_nodes, quiet_for, settings.last_call_seconds):
-        chosen = tuple(gathered[: settings.max_nodes])
-        return Seal(current, {m.id: rank for rank, m in enumerate(chosen)}, chosen)
+    if round_can_seal(
+        len(gathered), settings.min_nodes, settings.max_nodes, quiet_for, settings.last_call_seconds,
+        stragglers(state, current, {m.id for m in gathered}),
+    ):
+        return Seal(current, {m.id: rank for rank, m in enumerate(gathered[: settings.max_nodes])})
     if len(gathered) >= settings.min_nodes:
         return Wait(max(settings.last_call_seconds - quiet_for, 0.0))
     return Wait(None)
+
+
+def stragglers(state: JobState, current: Round, gathered: set[str]) -> int | None:
+    """Members the open round waits for: expected back after the incident, still holding a key, not here yet.
+
+    None when the round expects nobody by name (then only the last call ends the wait).
+    """
+    if not current.expected:
+        return None
+    return sum(1 for m in current.expected if m in state.members and m not in gathered)
 
 
 def rank_order(member: Member, current: Round) -> tuple[int, float, str]:

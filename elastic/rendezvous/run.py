@@ -20,7 +20,7 @@ from elastic.policy.exits import Action, Decision, ExitCause, classify
 from elastic.rendezvous.protocol import FINISHED, all_finished
 from elastic.rendezvous.state import Closed, Departure, JobState, Member, Round
 from elastic.spec import RestartPolicy, Rule, parse_job
-from elastic.store import Delete, JobKeys, ModRevisionIs, Put, Store, dumps
+from elastic.store import Delete, JobKeys, ModRevisionIs, Put, Store, UnchangedSince, dumps
 
 log = logging.getLogger(__name__)
 
@@ -148,11 +148,16 @@ class JobRun:
 
     # --- members ---
 
-    def put_member(self, member: Member, lease: int) -> None:
-        self.store.put_json(self.keys.member(member.id), member.to_json(), lease)
+    def put_member(self, member: Member, lease: int) -> int:
+        """Write the member key; returns the revision at which it was written."""
+        return self.store.put_json(self.keys.member(member.id), member.to_json(), lease)
 
-    def seal(self, state: JobState, current: Round, ranks: dict[str, int], members: Sequence[Member]) -> bool:
-        """Seal the open round, if neither it nor any chosen member changed since they were read."""
+    def seal(self, state: JobState, current: Round, ranks: dict[str, int]) -> bool:
+        """Seal the open round, if neither it nor any member key changed since `state` was read.
+
+        One comparison covers every member key (a newcomer or a re-written key makes the seal fail and be
+        decided again); a member whose lease runs out in between is seen lost right after, like any loss.
+        """
         sealed = Round(
             current.number,
             sealed=True,
@@ -161,9 +166,10 @@ class JobRun:
             opened_by=current.opened_by,
             opened_at=current.opened_at,
             sealed_at=time.time(),
+            expected=current.expected,
         )
-        compare = [ModRevisionIs(self.keys.round, current.mod_revision)]
-        compare += [ModRevisionIs(self.keys.member(m.id), m.mod_revision) for m in members]
+        compare = [ModRevisionIs(self.keys.round, current.mod_revision),
+                   UnchangedSince(self.keys.members_prefix, state.revision)]
         return self.store.txn(compare, [Put.json(self.keys.round, sealed.to_json(), state.job_lease)]).succeeded
 
     # --- ending rounds ---
@@ -176,11 +182,15 @@ class JobRun:
         """
         lease = state.job_lease
         now = time.time()
-        following = Round(current.number + 1, previous=current.members, opened_by=incident.reason, opened_at=now)
+        expected = tuple(sorted(m for m in state.heard_from() if m in current.members and m in state.members))
+        following = Round(
+            current.number + 1, previous=current.members, opened_by=incident.reason, opened_at=now, expected=expected
+        )
         ops: list[Put | Delete] = [
             Put.json(self.keys.round, following.to_json(), lease),
             Delete(self.keys.store(current.number), prefix=True),
             Delete(self.keys.incidents(current.number), prefix=True),
+            Delete(self.keys.alive(current.number), prefix=True),
         ]
         compare = [ModRevisionIs(self.keys.round, current.mod_revision)]
         action = incident.action
@@ -228,6 +238,13 @@ class JobRun:
     def report_cause(self, state: JobState, round_number: int, member_id: str, cause: ExitCause) -> None:
         """Record one observer's failure for the round, so the round ends on the incident's root cause."""
         self.store.put_json(self.keys.incident(round_number, member_id), asdict(cause), state.job_lease)
+
+    def answer_incident(self, round_number: int, member_id: str, member_lease: int) -> None:
+        """Say that this member is alive while a peer's failure ends the round (see `Round.expected`).
+
+        On the member's own lease: a member that dies right after answering is not waited for.
+        """
+        self.store.put_json(self.keys.alive_member(round_number, member_id), {"at": time.time()}, member_lease)
 
     def close(self, state: JobState, closed: Closed) -> bool:
         """Close the job for every agent, unless it is closed already (the first reason stays)."""

@@ -7,6 +7,8 @@ so a decision taken on a stale view simply fails and is taken again on a fresh o
 
 from __future__ import annotations
 
+import functools
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,8 +43,8 @@ class Member:
         return data
 
     @classmethod
-    def from_entry(cls, member_id: str, entry: Entry) -> Member:
-        data = entry.json()
+    def from_json(cls, member_id: str, value: bytes, mod_revision: int) -> Member:
+        data = json.loads(value)
         return cls(
             id=member_id,
             target=int(data["round"]),
@@ -51,7 +53,7 @@ class Member:
             pid=int(data.get("pid", 0)),
             joined_at=float(data.get("joined_at", 0.0)),
             worker=data.get("worker"),
-            mod_revision=entry.mod_revision,
+            mod_revision=mod_revision,
         )
 
 
@@ -66,6 +68,10 @@ class Round:
     opened_by: str = "Start"  # why the round before ended (Start, WorkerFailure, MemberLost, ScaleUp, ...)
     opened_at: float = 0.0
     sealed_at: float | None = None
+    # Members of the round before that were heard from during its incident (reported a failure or answered
+    # a peer's report), hence alive and restarting: once those still holding a key are back, nobody else is
+    # coming from that restart and the round need not wait out the last call (empty: no such knowledge).
+    expected: tuple[str, ...] = ()
     mod_revision: int = 0
 
     @property
@@ -81,6 +87,8 @@ class Round:
             "opened_by": self.opened_by,
             "opened_at": self.opened_at,
         }
+        if self.expected:
+            data["expected"] = list(self.expected)
         if self.sealed:
             data["world_size"] = self.world_size
             data["sealed_at"] = self.sealed_at
@@ -97,6 +105,7 @@ class Round:
             opened_by=data.get("opened_by", "Start"),
             opened_at=float(data.get("opened_at", 0.0)),
             sealed_at=data.get("sealed_at"),
+            expected=tuple(data.get("expected", ())),
             mod_revision=entry.mod_revision,
         )
 
@@ -141,7 +150,12 @@ class JobState:
     spec: dict[str, Any] | None = None
     causes: dict[str, ExitCause] = field(default_factory=dict)  # failures reported in the current round
     done: dict[str, int] = field(default_factory=dict)  # member -> round in which its workers all exited 0
+    alive: frozenset[str] = frozenset()  # members that answered a failure report of the current round
     revision: int = 0
+
+    def heard_from(self) -> frozenset[str]:
+        """Members of the current round known alive during its incident: they reported or answered."""
+        return frozenset(self.causes) | self.alive
 
     @classmethod
     def parse(cls, keys: JobKeys, entries: list[Entry], revision: int = 0) -> JobState:
@@ -150,10 +164,15 @@ class JobState:
         members: dict[str, Member] = {}
         departed: dict[str, Departure] = {}
         reports: dict[str, tuple[str, ExitCause]] = {}
+        answers: list[tuple[str, str]] = []
         done: dict[str, int] = {}
+        members_prefix = keys.members_prefix
         for entry in entries:
             key = entry.key
-            if key == keys.run:
+            if key.startswith(members_prefix):  # most of the keys: checked first
+                member_id = key[len(members_prefix) :]
+                members[member_id] = _member(member_id, entry.value, entry.mod_revision)
+            elif key == keys.run:
                 data = entry.json()
                 run_id, job_lease = data.get("run_id"), data.get("lease")
             elif key == keys.round:
@@ -164,9 +183,6 @@ class JobState:
                 closed = Closed(**entry.json())
             elif key == keys.spec:
                 spec = entry.json()
-            elif key.startswith(keys.members_prefix):
-                member_id = keys.member_id_of(key)
-                members[member_id] = Member.from_entry(member_id, entry)
             elif key.startswith(keys.departed_prefix):
                 departed[key[len(keys.departed_prefix) :]] = Departure(**entry.json())
             elif key.startswith(keys.done_prefix):
@@ -174,7 +190,23 @@ class JobState:
             elif key.startswith(keys.incidents_prefix):
                 round_text, _, member_id = key[len(keys.incidents_prefix) :].partition("/")
                 reports[member_id] = (round_text, ExitCause(**entry.json()))
-        causes = {m: c for m, (r, c) in reports.items() if rnd is not None and r == str(rnd.number)}
+            elif key.startswith(keys.alive_prefix):
+                round_text, _, member_id = key[len(keys.alive_prefix) :].partition("/")
+                answers.append((round_text, member_id))
+        current = str(rnd.number) if rnd is not None else None
+        causes = {m: c for m, (r, c) in reports.items() if r == current}
+        alive = frozenset(m for r, m in answers if r == current)
         return cls(
-            run_id, job_lease, rnd, members, budget, budget_revision, closed, departed, spec, causes, done, revision
+            run_id, job_lease, rnd, members, budget, budget_revision, closed, departed, spec, causes, done, alive,
+            revision,
         )
+
+
+@functools.lru_cache(maxsize=8192)
+def _member(member_id: str, value: bytes, mod_revision: int) -> Member:
+    """Members are most of a job's keys and rarely change: each version is decoded once per process.
+
+    A watched view is parsed again at every revision; without this, N members joining at once would make
+    every one of them decode every member key at every join, O(N^3) JSON decoding in all.
+    """
+    return Member.from_json(member_id, value, mod_revision)

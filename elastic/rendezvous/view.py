@@ -34,12 +34,15 @@ class JobView:
                 event = self._watch.get(timeout=0.5)
                 if event is None:
                     continue
+                # Apply everything already received before waking anyone: when N members join at once,
+                # each of them decides once per burst of events rather than once per event.
                 with self._changed:
-                    if event.kind == "delete":
-                        self._entries.pop(event.key, None)
-                    else:
-                        self._entries[event.key] = Entry(event.key, event.value, event.revision, 0, 0)
-                    self._revision = event.revision
+                    for e in [event, *self._watch.drain()]:
+                        if e.kind == "delete":
+                            self._entries.pop(e.key, None)
+                        else:
+                            self._entries[e.key] = Entry(e.key, e.value, e.revision, 0, 0)
+                        self._revision = e.revision
                     self._changed.notify_all()
         except BaseException as err:  # a compacted watch: make every reader fall back to etcd
             with self._changed:
@@ -50,16 +53,33 @@ class JobView:
     def revision(self) -> int:
         return self._revision
 
+    @property
+    def following(self) -> bool:
+        """False once the watch failed: `state()` then reads etcd and `wait_for_change` no longer blocks."""
+        return self._error is None
+
     def state(self) -> JobState:
         """The job's state at the latest revision seen; parsed once per revision (polled every 0.2 s)."""
         if self._error is not None:
             return self.run.read()
         with self._changed:
-            if self._parsed is not None and self._parsed.revision == self._revision:
-                return self._parsed
-            entries = [e for key, e in self._entries.items() if self.run.decides_on(key)]
-            self._parsed = JobState.parse(self.run.keys, entries, self._revision)
-            return self._parsed
+            parsed, revision = self._parsed, self._revision
+            if parsed is not None and parsed.revision == revision:
+                return parsed
+            entries = list(self._entries.values())
+        # Parsed outside the lock, so that the watch thread is never held up by a reader.
+        parsed = JobState.parse(self.run.keys, [e for e in entries if self.run.decides_on(e.key)], revision)
+        with self._changed:
+            if self._parsed is None or self._parsed.revision < revision:
+                self._parsed = parsed
+        return parsed
+
+    def entry(self, key: str) -> Entry | None:
+        """One key as the view has it (any key under the job's prefix, including the agents' store)."""
+        if self._error is not None:
+            return self.run.store.get(key)
+        with self._changed:
+            return self._entries.get(key)
 
     def wait_for_change(self, after_revision: int, timeout: float | None) -> bool:
         """Block until the view moves past `after_revision`; False on timeout."""

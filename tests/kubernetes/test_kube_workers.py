@@ -190,7 +190,7 @@ class Harness:
             self.fake.set_pod(name, "Running")
         state = self.controller.run.read()
         members = {f"{name}-{100 + i}-ab{i}": i for i, name in enumerate(names)}
-        assert self.controller.run.seal(state, state.round, members, [])
+        assert self.controller.run.seal(state, state.round, members)
         assert self.step()["phase"] == "Running"
         return names
 

@@ -57,7 +57,24 @@ SEAL = [
     pytest.param(3, 3, 3, 0.0, 30.0, True, id="min equal to max seals as soon as it is full"),
 ]  # fmt: skip
 
+SEAL_AFTER_FAILURE = [
+    # members, min, max, since last join, last call, stragglers, can seal
+    pytest.param(1, 1, 4, 0.0, 2.0, 0, True, id="every member expected back is back: no last call"),
+    pytest.param(1, 1, 4, 0.5, 2.0, 1, False, id="a member expected back is still missing: wait"),
+    pytest.param(1, 1, 4, 2.0, 2.0, 1, True, id="the last call still ends the wait for a missing one"),
+    pytest.param(1, 2, 4, 0.0, 2.0, 0, False, id="all back but below min: never"),
+    pytest.param(1, 1, 4, 0.0, 2.0, None, False, id="nobody expected by name: the last call as usual"),
+]  # fmt: skip
+
 
 @pytest.mark.parametrize(("members", "low", "high", "quiet", "last_call", "expected"), SEAL)
 def test_round_can_seal(members: int, low: int, high: int, quiet: float, last_call: float, expected: bool) -> None:
     assert round_can_seal(members, low, high, quiet, last_call) is expected
+
+
+@pytest.mark.parametrize(("members", "low", "high", "quiet", "last_call", "stragglers", "expected"),
+                         SEAL_AFTER_FAILURE)
+def test_round_after_a_failure_seals_once_the_expected_are_back(
+    members: int, low: int, high: int, quiet: float, last_call: float, stragglers: int | None, expected: bool
+) -> None:
+    assert round_can_seal(members, low, high, quiet, last_call, stragglers) is expected

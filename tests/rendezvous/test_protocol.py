@@ -35,6 +35,9 @@ def m(member_id: str, target: int, joined_at: float = 0.0) -> Member:
 
 OPEN0 = Round(0)
 SEALED0 = Round(0, sealed=True, members={"a": 0, "b": 1})
+# After a failure in round 0 in which a and b were heard from (c stayed silent: a lost node).
+AFTER_FAILURE = Round(1, previous={"a": 0, "b": 1, "c": 2}, opened_by="WorkerFailure", expected=("a", "b"))
+SETTINGS_1 = Settings(min_nodes=1, max_nodes=4, last_call_seconds=2.0)
 
 JOIN_CASES = [
     ("a closed job refuses every joiner", state(OPEN0, closed=Closed("BackoffLimitExceeded", "spent")), "a", 0, None,
@@ -43,9 +46,9 @@ JOIN_CASES = [
     ("one member below min waits for more, with no deadline", state(OPEN0, m("a", 0)), "a", 10, None, Wait(None)),
     ("at min, the rest of the last call is waited", state(OPEN0, m("a", 0), m("b", 0)), "a", 0.5, None, Wait(1.5)),
     ("at min after a quiet last call, the round seals", state(OPEN0, m("a", 0), m("b", 0)), "a", 2.0, None,
-     Seal(OPEN0, {"a": 0, "b": 1}, (m("a", 0), m("b", 0)))),
+     Seal(OPEN0, {"a": 0, "b": 1})),
     ("at max the round seals at once", state(OPEN0, m("a", 0), m("b", 0), m("c", 0)), "c", 0.0, None,
-     Seal(OPEN0, {"a": 0, "b": 1, "c": 2}, (m("a", 0), m("b", 0), m("c", 0)))),
+     Seal(OPEN0, {"a": 0, "b": 1, "c": 2})),
     ("a member of the sealed round has joined it", state(SEALED0, m("a", 0), m("b", 0)), "b", 0, None,
      Joined(SEALED0, 1)),
     ("the round an agent trained in is not joined again", state(SEALED0, m("a", 0), m("b", 0)), "b", 0, 0,
@@ -60,6 +63,26 @@ JOIN_CASES = [
                          ids=[c[0] for c in JOIN_CASES])
 def test_join_step(st, me, quiet, after, expected) -> None:
     assert join_step(st, me, SETTINGS, quiet, after) == expected
+
+
+AFTER_FAILURE_CASES = [
+    ("every member heard from is back: seal at once, the silent one is not waited for",
+     state(AFTER_FAILURE, m("a", 1), m("b", 1), m("c", 0)), "a", 0.0,
+     Seal(AFTER_FAILURE, {"a": 0, "b": 1})),
+    ("a member heard from is not back yet: wait out the last call for it",
+     state(AFTER_FAILURE, m("a", 1), m("b", 0), m("c", 0)), "a", 0.5, Wait(1.5)),
+    ("a member heard from whose key is gone (it gave up) is not waited for",
+     state(AFTER_FAILURE, m("a", 1)), "a", 0.0, Seal(AFTER_FAILURE, {"a": 0})),
+    ("a newcomer already waiting joins the same round",
+     state(AFTER_FAILURE, m("a", 1), m("b", 1), m("d", 1, joined_at=5.0)), "d", 0.0,
+     Seal(AFTER_FAILURE, {"a": 0, "b": 1, "d": 2})),
+]
+
+
+@pytest.mark.parametrize(("st", "me", "quiet", "expected"), [c[1:] for c in AFTER_FAILURE_CASES],
+                         ids=[c[0] for c in AFTER_FAILURE_CASES])
+def test_join_step_after_a_failure(st, me, quiet, expected) -> None:
+    assert join_step(st, me, SETTINGS_1, quiet, 0) == expected
 
 
 def test_survivors_keep_their_order_and_newcomers_follow_by_arrival() -> None:

@@ -59,12 +59,15 @@ def test_node_loss_survivor_trains_alone_within_lease_and_last_call(training_job
     agents = [job.add_agent(), job.add_agent()]
     assert wait_until(lambda: len(job.steps()) >= 5, STARTUP), job.logs()
     rank1 = next(a for a in agents if _rank_of(job, a) == 1)
+    lost_key = job.keys.member(next(m for m in job.round()["members"] if f"-{rank1.pid}-" in m))
     killed_at = time.time()
     rank1.kill()
     assert wait_until(lambda: any(s.world_size == 1 for s in job.steps_since(killed_at)), 3 + 1 + 5 + 10), job.logs()
     assert job.budget()["used"] == 1, job.budget()
     # the dead member's lease runs out afterwards: that is not a second incident
-    time.sleep(4)
+    assert wait_until(lambda: job.store.get(lost_key) is None, 3 + 5)
+    expired_at = time.time()
+    assert wait_until(lambda: len(job.steps_since(expired_at)) >= 3, 30), "training goes on after the expiry"
     assert job.budget()["used"] == 1, job.budget()
 
 

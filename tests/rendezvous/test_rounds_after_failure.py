@@ -1,0 +1,128 @@
+"""Whom a round opened by a failure waits for: the members heard from during the incident, nobody else.
+
+Each member is a real `EtcdV3RendezvousHandler` in its own process (tests/rendezvous/member.py) on a real
+etcd; no training, so each story takes seconds. The last call (120 s) and the member lease (60 s) are far
+longer than the deadlines below: a recovery within the deadline proves that neither was waited out.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from elastic.agents import wait_until
+from elastic.store import JobKeys, Store
+from elastic.store.server import EtcdServer
+
+CONF = "last_call_seconds=120,lease_seconds=60,settle_seconds=1,max_restarts=5"
+START = 60  # seconds for a member process to import torch and join, on a busy machine
+RECOVERY = 30  # far below the last call and the lease
+
+
+class Member:
+    """A member process: `next()` is its agent's next_rendezvous() after a worker failure."""
+
+    def __init__(self, etcd: EtcdServer, run_id: str, nnodes: str, log: Path) -> None:
+        script = Path(__file__).with_name("member.py")
+        self._log = log.open("w")
+        self.proc = subprocess.Popen(
+            [sys.executable, str(script), etcd.client_url, run_id, nnodes, CONF],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log, text=True,
+        )
+        self.lines: queue.Queue[str] = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.put(line.strip())
+
+    @property
+    def id_prefix(self) -> str:
+        return f"{socket.gethostname()}-{self.proc.pid}-"
+
+    def joined(self, timeout: float) -> tuple[int, int]:
+        """(rank, world size) of its next join; fails the test if it does not join in time."""
+        try:
+            line = self.lines.get(timeout=timeout)
+        except queue.Empty:
+            pytest.fail(f"member {self.proc.pid} did not join within {timeout:g} s")
+        _, rank, world = line.split()
+        return int(rank), int(world)
+
+    def next(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write("next\n")
+        self.proc.stdin.flush()
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+        self._log.close()
+
+
+@pytest.fixture
+def members(etcd_server: EtcdServer, tmp_path: Path, request: pytest.FixtureRequest):
+    run_id = request.node.name.replace("_", "-")[:40]
+    made: list[Member] = []
+    store = Store(etcd_server.client_url)
+    keys = JobKeys.parse(f"default/{run_id}")
+
+    def start(count: int) -> list[Member]:
+        """`count` members of a job with max `count` nodes: the first round seals at max, with no last call."""
+        made.extend(Member(etcd_server, run_id, f"1:{count}", tmp_path / f"member{i}.log") for i in range(count))
+        for member in made:
+            assert member.joined(START)[1] == count
+        return made
+
+    yield start, store, keys
+    for member in made:
+        member.stop()
+    store.close()
+
+
+def _id_of(member: Member, round_record: dict[str, Any]) -> str:
+    return next(m for m in round_record["members"] if m.startswith(member.id_prefix))
+
+
+def test_a_lost_node_is_not_waited_for(members) -> None:
+    start, store, keys = members
+    survivor, lost = start(2)
+    lost_id = _id_of(lost, store.get_json(keys.round))
+    lost.stop()  # SIGKILL: its lease (60 s) keeps its member key alive long after the recovery below
+    survivor.next()
+    assert survivor.joined(RECOVERY) == (0, 1)
+    following = store.get_json(keys.round)
+    assert following["round"] == 1 and following["opened_by"] == "WorkerFailure"
+    assert following["expected"] == [_id_of(survivor, following)], "only the member heard from is expected back"
+    assert store.get(keys.member(lost_id)) is not None, "the lost member's lease had not run out"
+    assert store.get_json(keys.budget)["used"] == 1
+
+
+def test_a_member_that_answered_the_incident_is_waited_for_and_then_nobody_else(members) -> None:
+    start, store, keys = members
+    failed, peer, lost = start(3)
+    first = store.get_json(keys.round)
+    lost.stop()
+    failed.next()  # its workers failed; the peer's agent has not noticed anything yet (its workers still run)
+    assert wait_until(lambda: store.get_json(keys.round)["round"] == 1, RECOVERY)
+    following = store.get_json(keys.round)
+    assert following["expected"] == sorted([_id_of(failed, first), _id_of(peer, first)]), (
+        "the peer answered the failure report, so it is expected back; the lost member stayed silent"
+    )
+    assert not following["sealed"], "the round waits for the expected peer instead of sealing without it"
+    assert failed.lines.empty()
+    peer.next()  # its agent now re-joins (torch saw num_nodes_waiting() > 0)
+    # 2 of max 3: without the expected list this would wait out the 120 s last call
+    assert {failed.joined(RECOVERY), peer.joined(RECOVERY)} == {(0, 2), (1, 2)}
+    assert store.get_json(keys.budget)["used"] == 1
