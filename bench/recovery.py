@@ -15,7 +15,8 @@ per backend and scenario:
   floor            a bare worker restart: `torchrun --standalone` (no peers, no last call), 1 and 2 workers:
                    launch -> first step, and SIGKILL a worker -> first step of the restarted worker(s)
 
-Variants: `etcd-v3` (its defaults, which are also the equal settings: last call 2 s), `c10d-defaults`
+Variants: `etcd-v3` (its defaults, which are also the equal settings: last call 2 s; after a failure its
+next round waits only for the members heard from during the incident, not the last call), `c10d-defaults`
 (last call 30 s, keep-alive 5 s x 3), `c10d-equal` (last_call_timeout=2, torch's keep-alive defaults) and,
 for node_loss only, `c10d-aggressive` (last_call_timeout=2, keep_alive_interval=1, keep_alive_max_attempt=2).
 Every variant runs with the same `--monitor-interval=0.2`. c10d runs at its real defaults: the worker
@@ -28,6 +29,7 @@ median and min-max, a table, optional CSV/PNG (`--out DIR`) and one RESULT line 
 from __future__ import annotations
 
 import argparse
+import csv
 import math
 import os
 import shutil
@@ -56,8 +58,9 @@ CHECKPOINT_EVERY = 5
 
 ETCD_V3 = Variant(
     "etcd-v3", "etcd-v3", {"max_restarts": 1000},
-    "defaults = equal settings: lease_seconds=10, last_call_seconds=2, settle_seconds=1 "
-    "(only the job budget is raised, max_restarts=1000, so that the bench never spends it)",
+    "defaults = equal settings: lease_seconds=10, last_call_seconds=2 (skipped after a failure once the members "
+    "heard from are back), settle_seconds=1 (only the job budget is raised, max_restarts=1000, so that the bench "
+    "never spends it)",
 )
 C10D_DEFAULTS = Variant("c10d-defaults", "c10d", {}, "torch defaults: last_call_timeout=30, keep-alive 5 s x 3")
 C10D_EQUAL = Variant("c10d-equal", "c10d", {"last_call_timeout": common.EQUAL_LAST_CALL_SECONDS},
@@ -136,6 +139,8 @@ class Bench:
         value = "none" if m.value is None else f"{m.value:.2f} s"
         clean = "" if m.clean is None else (" clean" if m.clean else " NOT CLEAN")
         common.log(f"{m.scenario:<13} {m.variant:<16} #{m.repeat + 1}: {value}{clean} {m.note}")
+        if self.args.out:  # as we go: a run that is cut short keeps what it measured (see --from-csv)
+            common.write_csv(self.args.out / "recovery_runs.csv", [r.__dict__ for r in self.rows])
 
     # --- scenarios ---
 
@@ -426,6 +431,22 @@ def report(args: argparse.Namespace, bench: Bench, variants: list[Variant], env:
     return out
 
 
+def report_from_csv(args: argparse.Namespace, variants: list[Variant], env: dict[str, str], notes: list[str]) -> int:
+    bench = Bench(args, None, Path("."))  # type: ignore[arg-type]
+    for path in args.from_csv:
+        with path.open(newline="") as f:
+            for row in csv.DictReader(f):
+                bench.rows.append(Measurement(
+                    row["scenario"], row["variant"], int(row["repeat"]),
+                    float(row["value"]) if row["value"] not in ("", "None") else None,
+                    {"True": True, "False": False}.get(row["clean"]), row["note"],
+                ))
+    print(f"# rows from: {', '.join(str(p) for p in args.from_csv)}")
+    rtt = float(args.rtt_ms) / 1000 if args.rtt_ms else math.nan
+    print("\n".join(report(args, bench, variants, env, notes, rtt)))
+    return 0
+
+
 def _above(value: float, floor: float) -> str:
     if math.isnan(value) or math.isnan(floor):
         return "—"
@@ -448,6 +469,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="seconds a job may take from launch to steady training (default 300)")
     parser.add_argument("--out", type=Path, default=None, help="write CSV files and a PNG chart here")
     parser.add_argument("--keep-logs", action="store_true", help="keep every agent log (default: failed runs only)")
+    parser.add_argument("--from-csv", type=Path, nargs="+", default=None, metavar="CSV",
+                        help="measure nothing: report the rows of earlier runs' recovery_runs.csv files together "
+                             "(to join the parts of a run that was split or cut short)")
+    parser.add_argument("--rtt-ms", default=None, help="with --from-csv: the etcd round trip to print, in ms")
     args = parser.parse_args(argv)
     args.scenarios = [s for s in SCENARIOS if s in args.scenarios.split(",")]
     unknown = set(args.variants.split(",")) - set(BY_NAME)
@@ -469,9 +494,11 @@ def main(argv: list[str] | None = None) -> int:
         notes.append(v2_skip)
         print(v2_skip)
         variants = [v for v in variants if v.backend != "etcd-v2"]
-    root = Path(tempfile.mkdtemp(prefix="elastic-bench-recovery-"))
     env = common.environment()
     common.print_environment(env)
+    if args.from_csv:
+        return report_from_csv(args, variants, env, notes)
+    root = Path(tempfile.mkdtemp(prefix="elastic-bench-recovery-"))
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     with EtcdServer() as etcd:
         bench = Bench(args, etcd, root)

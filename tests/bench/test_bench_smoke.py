@@ -41,6 +41,10 @@ def test_recovery_cold_start_runs(tmp_path: Path) -> None:
     etcd_v3, c10d, _ = found["cold_start_s_equal"]
     assert float(etcd_v3) > 0 and float(c10d) > 0, found
     assert (tmp_path / "recovery_runs.csv").exists()
+    # the rows written as the run went can be reported again (how a split run is joined)
+    again = results(run_bench("recovery.py", "--from-csv", str(tmp_path / "recovery_runs.csv"),
+                              "--variants", "etcd-v3,c10d-equal"))
+    assert again["cold_start_s_equal"] == found["cold_start_s_equal"]
 
 
 def test_scale_runs_with_four_members(tmp_path: Path) -> None:
