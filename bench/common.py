@@ -14,6 +14,7 @@ import os
 import platform
 import re
 import shutil
+import signal
 import socket
 import statistics
 import subprocess
@@ -320,3 +321,8 @@ class Variant:
     backend: str
     conf: dict[str, object]
     description: str
+
+
+def exit_cleanly_on_sigterm() -> None:
+    """`kill` (SIGTERM) unwinds like Ctrl-C: the managed etcd and the temporary directories are removed."""
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))

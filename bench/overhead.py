@@ -238,6 +238,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    common.exit_cleanly_on_sigterm()
     chosen = [v for v in VARIANTS if v.name in args.variants.split(",")]
     env = common.environment()
     common.print_environment(env)

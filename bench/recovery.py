@@ -499,7 +499,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.from_csv:
         return report_from_csv(args, variants, env, notes)
     root = Path(tempfile.mkdtemp(prefix="elastic-bench-recovery-"))
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    common.exit_cleanly_on_sigterm()
     with EtcdServer() as etcd:
         bench = Bench(args, etcd, root)
         if any(v.backend == "etcd-v2" for v in variants):  # pragma: no cover - only with python-etcd

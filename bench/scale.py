@@ -299,6 +299,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    common.exit_cleanly_on_sigterm()
     env = common.environment()
     common.print_environment(env)
     print(f"# nnodes N:N; {args.members_per_proc} members per worker process (threads, one handler and one store "
