@@ -30,7 +30,8 @@ def test_one_injected_crash_costs_one_restart_and_the_job_succeeds(cli, tmp_path
     assert steps[-1] == 40
     for before, after in itertools.pairwise(steps):
         assert after >= before - 5, f"steps went back past the last checkpoint: {before} -> {after}"
-    assert "Restarting" in cli.output(run) and "Succeeded" in cli.output(run)
+    # the Restarting phase may be too short for a status line; the charge shows in every line after it
+    assert "restarts 1/3" in cli.output(run) and "Succeeded" in cli.output(run)
     assert not processes_of("crash-once"), "nothing may be left running"
 
 
