@@ -24,6 +24,7 @@ import urllib.request
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable
@@ -326,3 +327,10 @@ class Variant:
 def exit_cleanly_on_sigterm() -> None:
     """`kill` (SIGTERM) unwinds like Ctrl-C: the managed etcd and the temporary directories are removed."""
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+
+
+def flattened(row: Any, nested: str, prefix: str = "req_") -> dict[str, Any]:
+    """A dataclass row as one CSV line: its dict field `nested` spread into `prefix`-named columns."""
+    data = dict(row.__dict__)
+    spread = data.pop(nested)
+    return data | {f"{prefix}{k}": v for k, v in spread.items()}

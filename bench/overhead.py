@@ -203,10 +203,7 @@ def report(args: argparse.Namespace, runs: list[Run], loops: dict[str, list[tupl
         out.append("\nFailed runs: " + "; ".join(f"{r.variant} #{r.repeat + 1}: {r.note[:300]}" for r in bad))
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
-        common.write_csv(args.out / "overhead_runs.csv", [
-            {k: v for k, v in r.__dict__.items() if k != "by_method"} | {f"req_{k}": v for k, v in r.by_method.items()}
-            for r in runs
-        ])
+        common.write_csv(args.out / "overhead_runs.csv", [common.flattened(r, "by_method") for r in runs])
         out.append("\n" + common.bar_chart(args.out / "overhead.png",
                                            f"Training throughput (steps/s), median and min-max, {env['machine']}",
                                            "steps/s", {"steps/s": s}))

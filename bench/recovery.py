@@ -351,9 +351,8 @@ def summaries(rows: list[Measurement]) -> dict[tuple[str, str], common.Summary]:
     return {k: common.Summary.of([m.value for m in rows if (m.scenario, m.variant) == k]) for k in keys}
 
 
-def report(args: argparse.Namespace, bench: Bench, variants: list[Variant], env: dict[str, str],
+def report(args: argparse.Namespace, rows: list[Measurement], variants: list[Variant], env: dict[str, str],
            notes: list[str], rtt: float) -> list[str]:
-    rows = bench.rows
     summ = summaries(rows)
     out: list[str] = []
     out.append("\n## Variants")
@@ -432,18 +431,18 @@ def report(args: argparse.Namespace, bench: Bench, variants: list[Variant], env:
 
 
 def report_from_csv(args: argparse.Namespace, variants: list[Variant], env: dict[str, str], notes: list[str]) -> int:
-    bench = Bench(args, None, Path("."))  # type: ignore[arg-type]
+    rows: list[Measurement] = []
     for path in args.from_csv:
         with path.open(newline="") as f:
             for row in csv.DictReader(f):
-                bench.rows.append(Measurement(
+                rows.append(Measurement(
                     row["scenario"], row["variant"], int(row["repeat"]),
                     float(row["value"]) if row["value"] not in ("", "None") else None,
                     {"True": True, "False": False}.get(row["clean"]), row["note"],
                 ))
     print(f"# rows from: {', '.join(str(p) for p in args.from_csv)}")
     rtt = float(args.rtt_ms) / 1000 if args.rtt_ms else math.nan
-    print("\n".join(report(args, bench, variants, env, notes, rtt)))
+    print("\n".join(report(args, rows, variants, env, notes, rtt)))
     return 0
 
 
@@ -511,7 +510,7 @@ def main(argv: list[str] | None = None) -> int:
             bench.stop_all()
             if getattr(bench, "v2", None) is not None:  # pragma: no cover
                 bench.v2.remove()
-    lines = report(args, bench, variants, env, notes, rtt)
+    lines = report(args, bench.rows, variants, env, notes, rtt)
     print("\n".join(lines))
     if bench.failed_logs:
         print(f"\n# logs of failed or unclean runs kept under {root}", file=sys.stderr)

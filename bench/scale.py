@@ -255,10 +255,7 @@ def report(args: argparse.Namespace, rows: list[Measurement], env: dict[str, str
         out.append("\nIncomplete runs: " + "; ".join(f"{m.backend} N={m.n} #{m.repeat + 1}: {m.note}" for m in failed))
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
-        common.write_csv(args.out / "scale_runs.csv", [
-            {k: v for k, v in m.__dict__.items() if k != "detail"} | {f"req_{k}": v for k, v in m.detail.items()}
-            for m in rows
-        ])
+        common.write_csv(args.out / "scale_runs.csv", [common.flattened(m, "detail") for m in rows])
         out.append("\n" + common.bar_chart(args.out / "scale.png",
                                            f"Rendezvous of N members (s), median and min-max, {env['machine']}",
                                            "seconds (log)", chart, log=True))

@@ -82,7 +82,6 @@ class EtcdV3RendezvousHandler(RendezvousHandler):
         self._worker_failure: ExitCause | None = None
         self._lock = threading.Lock()
         self._shut_down = False
-        self._answerer: threading.Thread | None = None
         atexit.register(self._at_exit)
 
     # --- torch's interface ---
@@ -184,8 +183,7 @@ class EtcdV3RendezvousHandler(RendezvousHandler):
         self._member_lease = LeaseKeeper.grant(self.store, self.config.lease_seconds)
         self._joined_at = time.time()
         self._view = JobView(self.run)
-        self._answerer = threading.Thread(target=self._answer_incidents, name="incident-answer", daemon=True)
-        self._answerer.start()
+        threading.Thread(target=self._answer_incidents, name="incident-answer", daemon=True).start()
 
     def _job_lease_id(self) -> int | None:
         return self._job_lease.lease_id if self._job_lease else None
