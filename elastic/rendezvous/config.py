@@ -3,13 +3,17 @@
 
 from __future__ import annotations
 
+import logging
 import re
+import threading
 from dataclasses import dataclass
 from typing import Any
 
 from torch.distributed.elastic.rendezvous import RendezvousParameters
 
 from elastic.store import JobKeys, TlsOptions
+
+log = logging.getLogger(__name__)
 
 # What each --rdzv-conf key means; the README's table is this one.
 CONF_KEYS = {
@@ -29,8 +33,55 @@ CONF_KEYS = {
     "user": "etcd user name (with password)",
     "password": "etcd password",
 }
-# torchrun adds these on its own.
-TORCHRUN_KEYS = {"timeout", "rank", "last_call_timeout", "join_timeout", "read_timeout"}
+
+# Keys torch's launcher, run.py, dynamic rendezvous (c10d) and static backends read or pass on their own
+# (torch hands every backend the same dict: `LocalElasticAgent` tests pass `is_host`, the launcher always
+# passes `timeout`). Refusing them would make a job written for c10d fail before it starts, so each is
+# accepted: either mapped onto our own key (ours wins when both are given) or ignored with a warning that
+# says why. The README's second table is this one.
+MAPPED_TORCH_KEYS = {
+    "timeout": "join_timeout",
+    "last_call_timeout": "last_call_seconds",
+}
+IGNORED_TORCH_KEYS = {
+    "is_host": "no agent hosts a store: each round's store lives in etcd",
+    "store_type": "no agent hosts a store: each round's store lives in etcd",
+    "use_libuv": "no agent hosts a store: each round's store lives in etcd",
+    "read_timeout": "etcd requests retry on their own; a member's liveness is its lease",
+    "close_timeout": "shutdown() only takes the member out, it never waits for the others",
+    "heartbeat_timeout": "a member's liveness is its etcd lease: see lease_seconds",
+    "heartbeat": "a member's liveness is its etcd lease: see lease_seconds",
+    "keep_alive_interval": "a member's liveness is its etcd lease: see lease_seconds",
+    "keep_alive_max_attempt": "a member's liveness is its etcd lease: see lease_seconds",
+    "rank": "ranks are assigned by each round; survivors keep their order",
+}
+TORCH_KEYS = {
+    **{key: f"mapped onto {ours} unless that is given" for key, ours in MAPPED_TORCH_KEYS.items()},
+    **{key: f"accepted, ignored ({why})" for key, why in IGNORED_TORCH_KEYS.items()},
+}
+# Kept for callers that only need the names.
+TORCHRUN_KEYS = set(TORCH_KEYS)
+
+_warned: set[str] = set()  # ignored keys already warned about in this process
+_warned_lock = threading.Lock()
+
+
+def ignored_keys(conf: dict[str, Any]) -> list[str]:
+    """torch's keys in `conf` that this backend accepts but has no use for (sorted)."""
+    return sorted(k for k in conf if k in IGNORED_TORCH_KEYS)
+
+
+def warn_ignored_once(keys: list[str]) -> None:
+    """One warning per key per process: torch builds a handler (and parses the conf) again on every
+    restart in some harnesses, and the same line on every restart would only bury the ones that matter."""
+    with _warned_lock:
+        fresh = [k for k in keys if k not in _warned]
+        _warned.update(fresh)
+    if fresh:
+        log.warning(
+            "--rdzv-conf: etcd-v3 ignores %s",
+            "; ".join(f"{k} ({IGNORED_TORCH_KEYS[k]})" for k in fresh),
+        )
 
 
 @dataclass(frozen=True)
@@ -55,9 +106,13 @@ class RendezvousConfig:
     @classmethod
     def from_parameters(cls, params: RendezvousParameters) -> RendezvousConfig:
         conf: dict[str, Any] = dict(params.config)
-        unknown = sorted(set(conf) - set(CONF_KEYS) - TORCHRUN_KEYS)
+        unknown = sorted(set(conf) - set(CONF_KEYS) - set(TORCH_KEYS))
         if unknown:
-            raise ValueError(f"--rdzv-conf: unknown key(s) {', '.join(unknown)}; known: {', '.join(CONF_KEYS)}")
+            raise ValueError(
+                f"--rdzv-conf: unknown key(s) {', '.join(unknown)}; known: {', '.join(CONF_KEYS)} "
+                f"(and torch's {', '.join(TORCH_KEYS)})"
+            )
+        warn_ignored_once(ignored_keys(conf))
         if not params.endpoint:
             raise ValueError("--rdzv-endpoint is required for etcd-v3, e.g. 127.0.0.1:2379 or http://h1:2379,h2:2379")
         job = conf.get("job") or f"default/{job_name_for(params.run_id)}"
@@ -71,7 +126,9 @@ class RendezvousConfig:
             min_nodes=params.min_nodes,
             max_nodes=params.max_nodes,
             lease_seconds=_number(conf, "lease_seconds", int, 10, minimum=1),
-            last_call_seconds=_number(conf, "last_call_seconds", float, 2.0, minimum=0),
+            last_call_seconds=_number(
+                conf, "last_call_seconds", float, _number(conf, "last_call_timeout", float, 2.0, 0), minimum=0
+            ),
             join_timeout=_number(conf, "join_timeout", float, _number(conf, "timeout", float, 900.0, 1), minimum=1),
             max_restarts=_number(conf, "max_restarts", int, 3, minimum=0),
             settle_seconds=_number(conf, "settle_seconds", float, 1.0, minimum=0),
