@@ -29,3 +29,7 @@ class LeaseLostError(PermanentError):
 
 class WatchCompactedError(PermanentError):
     """A watch cannot resume: etcd compacted the revisions it still needed to deliver."""
+
+
+class NotLeaderError(PermanentError):
+    """A controller write was refused: this controller is no longer the elected leader (fenced out)."""

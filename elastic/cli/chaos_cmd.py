@@ -7,7 +7,7 @@ import os
 import signal
 
 from elastic.cli.common import add_etcd_option, connect
-from elastic.cluster.processes import children_of
+from elastic.cluster.processes import children_of, is_worker
 from elastic.errors import PermanentError
 from elastic.store import JobKeys
 
@@ -35,6 +35,11 @@ def kill_cmd(args: argparse.Namespace) -> int:
     if name not in workers:
         raise PermanentError(f"no worker {name!r}; workers: {', '.join(sorted(workers))}")
     pid = workers[name]
+    if not is_worker(pid, name):  # the agent ended and its pid may belong to an unrelated process by now
+        raise PermanentError(
+            f"worker {name}: pid {pid} is not that worker's agent on this machine (it has exited, or runs "
+            "elsewhere); nothing was signalled. 'elastic status' shows the job's live workers"
+        )
     targets = children_of(pid)[:1] if args.training else [pid]
     if not targets:
         raise PermanentError(f"worker {name} has no training process right now")

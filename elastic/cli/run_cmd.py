@@ -10,9 +10,8 @@ import time
 from pathlib import Path
 
 from elastic.cli.common import StatusPrinter, add_etcd_option, connect, format_status_line
-from elastic.cluster.local import LocalProcesses
-from elastic.controller.loop import JobController
-from elastic.controller.manager import LocalControllerManager
+from elastic.controller.election import Election
+from elastic.controller.manager import LocalControllerManager, LocalJobRunner
 from elastic.controller.submit import submit_job
 from elastic.rendezvous.run import JobRun
 from elastic.rendezvous.state import Closed
@@ -56,21 +55,23 @@ def run_job(args: argparse.Namespace) -> int:
     _stop_on_sigterm()
     store = connect(endpoints)
     keys = JobKeys(job.metadata.namespace, job.metadata.name)
-    workers = None
+    runner = None
     try:
         job = submit_job(store, job)
         print(f"job {job.key} submitted (run {job.metadata.uid}); worker logs in {log_dir}", flush=True)
-        workers = LocalProcesses(store, keys, log_dir)
-        controller = JobController(store, job, workers, endpoints)
-        status = controller.run_until_done(StatusPrinter())
+        # One acting controller per etcd: if an `elastic controller` leads, it runs the job and we follow.
+        election = Election(store, role="run", on_change=lambda line: print(line, flush=True))
+        runner = LocalJobRunner(store, job, endpoints, log_dir, election)
+        status = runner.run_until_done(StatusPrinter())
     except KeyboardInterrupt:
         run = JobRun(store, keys)
         run.close(run.read(), Closed("Interrupted", "stopped by the user (Ctrl-C)", time.time()))
         print("interrupted: stopping workers", file=sys.stderr)
         return 130
     finally:
-        if workers is not None:
-            workers.stop_all()
+        if runner is not None:
+            runner.stop_workers()
+            runner.election.resign()
         store.close()
         if server is not None:
             server.remove()
@@ -88,7 +89,9 @@ def run_controller(args: argparse.Namespace) -> int:
         from elastic.controller.kube_manager import run_kubernetes_controller
 
         return run_kubernetes_controller(store, args.etcd)
-    manager = LocalControllerManager(store, args.etcd, args.log_dir)
+    manager = LocalControllerManager(
+        store, args.etcd, args.log_dir, Election(store, on_change=lambda line: print(line, flush=True))
+    )
     printers: dict[str, StatusPrinter] = {}
 
     def show(job: str, status: dict) -> None:

@@ -2,8 +2,10 @@
 
 Records live in etcd (`workers/<name>`: pid, log, start time), so that a controller that was killed and
 restarted adopts the processes it finds alive instead of orphaning them or starting duplicates. A process
-this controller started is its child and reports its exit code; an adopted one only reports that it is
-gone (the job's own keys in etcd say whether it finished or failed).
+this controller started is its child and reports its exit code. An adopted one is nobody's child here, so
+its agent records its own exit code in etcd as it exits (`exits/<name>`, see `exit_recorded`): the job's
+exit-code rules apply to it too. Only an agent killed outright (SIGKILL, a lost node) leaves no record;
+its exit code is then unknown (None).
 """
 
 from __future__ import annotations
@@ -14,16 +16,22 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from elastic.cluster.base import WorkerLaunch, WorkerObservation
-from elastic.cluster.processes import descendants_of, environ_of, is_running
-from elastic.store import JobKeys, Store
+from elastic.cluster.processes import descendants_of, is_worker
+from elastic.errors import ElasticError
+from elastic.store import Delete, JobKeys, Store
 
 log = logging.getLogger(__name__)
 
 STOP_GRACE_SECONDS = 15.0
+
+# Set in each agent's environment: where it records its exit code (and ELASTIC_ETCD_ENDPOINTS: in which etcd).
+EXIT_KEY_ENV = "ELASTIC_WORKER_EXIT_KEY"
+ENDPOINTS_ENV = "ELASTIC_ETCD_ENDPOINTS"
 
 
 @dataclass
@@ -54,8 +62,8 @@ class LocalProcesses:
             record = entry.json()
             name = entry.key[len(self.keys.workers_prefix) :]
             worker = _Worker(name, int(record["pid"]), float(record["started_at"]), record.get("log", ""))
-            worker.gone = not _is_our_worker(worker.pid, name)
             self._workers[name] = worker
+            self._refresh(worker)
             log.info("adopted worker %s (pid %d, %s)", name, worker.pid, "gone" if worker.gone else "alive")
 
     def start(self, launch: WorkerLaunch) -> None:
@@ -67,6 +75,7 @@ class LocalProcesses:
             **os.environ,
             **launch.env,
             "ELASTIC_WORKER": launch.name,
+            EXIT_KEY_ENV: self.keys.worker_exit(launch.name),
             "PYTHONUNBUFFERED": "1",
         }
         with log_path.open("ab") as out:
@@ -79,10 +88,18 @@ class LocalProcesses:
                 start_new_session=True,  # a Ctrl-C meant for the controller must not kill training
             )
         worker = _Worker(launch.name, process.pid, time.time(), str(log_path), process)
+        try:
+            self.store.put_json(
+                self.keys.worker(launch.name),
+                {"pid": process.pid, "started_at": worker.started_at, "log": str(log_path)},
+            )
+        except BaseException:
+            # No record, no worker: a process nobody can adopt would train on as a duplicate (a fenced
+            # store refuses this write once this controller is deposed).
+            process.kill()
+            process.wait()
+            raise
         self._workers[launch.name] = worker
-        self.store.put_json(
-            self.keys.worker(launch.name), {"pid": process.pid, "started_at": worker.started_at, "log": str(log_path)}
-        )
 
     def observe(self) -> list[WorkerObservation]:
         result = []
@@ -111,10 +128,18 @@ class LocalProcesses:
             code = worker.process.poll()
             if code is not None:
                 worker.exit_code, worker.gone = code, True
-        elif not _is_our_worker(worker.pid, worker.name):
+        elif not is_worker(worker.pid, worker.name):
             worker.gone = True
+            worker.exit_code = self._recorded_exit(worker)
         if worker.gone:
             _kill_all(worker.descendants)  # a dead agent's training processes must not train on as orphans
+
+    def _recorded_exit(self, worker: _Worker) -> int | None:
+        """The exit code an adopted worker's agent recorded, if it was that process (pid) that recorded it."""
+        record = self.store.get_json(self.keys.worker_exit(worker.name)) or {}
+        if record.get("pid") != worker.pid or not isinstance(record.get("exit_code"), int):
+            return None
+        return int(record["exit_code"])
 
     def stop(self, name: str) -> None:
         """Ask the agent to stop (SIGTERM: torch's agent stops its workers); SIGKILL after a grace period."""
@@ -135,7 +160,7 @@ class LocalProcesses:
 
     def forget(self, name: str) -> None:
         self._workers.pop(name, None)
-        self.store.delete(self.keys.worker(name))
+        self.store.txn([], [Delete(self.keys.worker(name)), Delete(self.keys.worker_exit(name))])
 
     def stop_all(self, timeout: float = STOP_GRACE_SECONDS) -> None:
         """Stop every worker and wait until none is left (no orphan training processes)."""
@@ -168,6 +193,36 @@ def _kill_all(pids: tuple[int, ...] | list[int]) -> None:
             os.kill(pid, signal.SIGKILL)
 
 
-def _is_our_worker(pid: int, name: str) -> bool:
-    """pid is alive and is that worker (pids get reused)."""
-    return is_running(pid) and f"ELASTIC_WORKER={name}" in environ_of(pid)
+def exit_status(error: BaseException | None) -> int:
+    """The exit status a parent would see for a Python process ending with `error` (None: it returned)."""
+    if error is None:
+        return 0
+    if isinstance(error, SystemExit):
+        code = error.code
+        return 0 if code is None else code if isinstance(code, int) else 1
+    if isinstance(error, KeyboardInterrupt):
+        return -int(signal.SIGINT)  # Python ends itself with SIGINT then
+    return 1
+
+
+def record_own_exit(code: int) -> None:
+    """Record this worker process's exit code where its controller looks (best effort, a few seconds)."""
+    key, endpoints = os.environ.get(EXIT_KEY_ENV), os.environ.get(ENDPOINTS_ENV)
+    if not key or not endpoints:
+        return  # not started as a local worker
+    try:
+        with Store(endpoints, retry_seconds=3, timeout=2) as store:
+            store.put_json(key, {"exit_code": code, "pid": os.getpid(), "at": time.time()})
+    except ElasticError as err:
+        log.warning("could not record exit code %d at %s: %s", code, key, err)
+
+
+@contextlib.contextmanager
+def exit_recorded() -> Iterator[None]:
+    """Run a worker's main so that its exit code is recorded in etcd whichever way it ends."""
+    try:
+        yield
+    except BaseException as err:
+        record_own_exit(exit_status(err))
+        raise
+    record_own_exit(0)

@@ -50,6 +50,12 @@ def environ_of(pid: int) -> list[str]:
     return [item.decode(errors="replace") for item in raw.split(b"\0") if item]
 
 
+def is_worker(pid: int, name: str) -> bool:
+    """pid is alive and is that worker's agent or one of its processes (pids get reused: a record's pid
+    may belong to an unrelated process by now, which must never be adopted or signalled)."""
+    return is_running(pid) and f"ELASTIC_WORKER={name}" in environ_of(pid)
+
+
 def pids_with_env(prefix: str) -> list[int]:
     """Running processes with an environment entry starting with `prefix` (e.g. `ELASTIC_WORKER=job-`)."""
     return sorted(

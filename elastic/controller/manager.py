@@ -1,4 +1,10 @@
-"""`elastic controller`: every submitted job in one etcd, each driven by its own JobController."""
+"""Local controllers: `elastic controller` (every submitted job) and `elastic run`'s (its one job).
+
+Only the elected leader acts (election.py): each step starts with an election step, and every write of a
+step goes through the leader's fenced store. A controller that stands by, or is deposed mid-step, drops
+its JobControllers and leaves the workers running: they are the job's, not this process's, and the
+leader adopts them through their records in etcd.
+"""
 
 from __future__ import annotations
 
@@ -6,38 +12,59 @@ import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from elastic.cluster.local import LocalProcesses
+from elastic.controller.election import Election
 from elastic.controller.loop import JobController
 from elastic.controller.status import FINAL_PHASES
 from elastic.controller.submit import list_jobs
+from elastic.errors import NotLeaderError
 from elastic.spec import ElasticJob
 from elastic.store import JobKeys, Store
+from elastic.store.fenced import FencedStore
 
 log = logging.getLogger(__name__)
 
 
 class LocalControllerManager:
-    def __init__(self, store: Store, endpoints: str, log_root: Path) -> None:
+    def __init__(self, store: Store, endpoints: str, log_root: Path, election: Election | None = None) -> None:
         self.store = store
         self.endpoints = endpoints
         self.log_root = log_root
+        self.election = election or Election(store)
         self.controllers: dict[str, JobController] = {}
+        self._acting_as: FencedStore | None = None
 
-    def controller_for(self, job: ElasticJob) -> JobController:
+    def controller_for(self, job: ElasticJob, store: Store) -> JobController:
         keys = JobKeys(job.metadata.namespace, job.metadata.name)
-        workers = LocalProcesses(self.store, keys, self.log_root / job.metadata.namespace / job.metadata.name)
-        return JobController(self.store, job, workers, self.endpoints)
+        workers = LocalProcesses(store, keys, self.log_root / job.metadata.namespace / job.metadata.name)
+        return JobController(store, job, workers, self.endpoints)
 
-    def step(self, on_status: Callable[[str, dict], None] | None = None) -> None:
-        for job in list_jobs(self.store):
+    def step(self, on_status: Callable[[str, dict], None] | None = None) -> bool:
+        """One election step, then, while leading, one step of every job. True when this controller acted."""
+        fenced = self.election.lead()
+        if fenced is not self._acting_as:  # a new term (or none): controllers of an old one must not act
+            self.controllers.clear()
+            self._acting_as = fenced
+        if fenced is None:
+            return False
+        try:
+            self._step_jobs(fenced, on_status)
+        except NotLeaderError as err:
+            log.warning("%s", err)
+            self.controllers.clear()
+            return False
+        return True
+
+    def _step_jobs(self, store: FencedStore, on_status: Callable[[str, dict], None] | None) -> None:
+        for job in list_jobs(store):
             if job.key not in self.controllers:
-                status = self.store.get_json(JobKeys(job.metadata.namespace, job.metadata.name).status) or {}
-                if status.get("phase") in FINAL_PHASES and not self.store.get_prefix(
-                    JobKeys(job.metadata.namespace, job.metadata.name).workers_prefix
-                )[0]:
+                keys = JobKeys(job.metadata.namespace, job.metadata.name)
+                status = store.get_json(keys.status) or {}
+                if status.get("phase") in FINAL_PHASES and not store.get_prefix(keys.workers_prefix)[0]:
                     continue
-                self.controllers[job.key] = self.controller_for(job)
+                self.controllers[job.key] = self.controller_for(job, store)
         for key, controller in list(self.controllers.items()):
             status = controller.step()
             if on_status is not None:
@@ -47,6 +74,69 @@ class LocalControllerManager:
                 del self.controllers[key]
 
     def run_forever(self, on_status: Callable[[str, dict], None] | None = None, period: float = 0.3) -> None:
+        """Act while leading, stand by otherwise; on the way out, hand leadership over at once."""
+        try:
+            while True:
+                self.step(on_status)
+                time.sleep(period)
+        finally:
+            self.election.resign()
+
+
+class LocalJobRunner:
+    """`elastic run`'s controller: acts for its one job while this process leads, follows it otherwise.
+
+    When another controller leads the etcd, that one runs the job's workers; this one reports the job's
+    status until it is final, and takes over (adopting the workers) if the leader goes away.
+    """
+
+    def __init__(self, store: Store, job: ElasticJob, endpoints: str, log_dir: Path, election: Election) -> None:
+        self.store = store
+        self.job = job
+        self.endpoints = endpoints
+        self.log_dir = log_dir
+        self.election = election
+        self.keys = JobKeys(job.metadata.namespace, job.metadata.name)
+        self.controller: JobController | None = None
+        self.workers: LocalProcesses | None = None
+        self._acting_as: FencedStore | None = None
+
+    def step(self) -> dict[str, Any]:
+        fenced = self.election.lead()
+        if fenced is not self._acting_as:
+            self.controller, self.workers, self._acting_as = None, None, fenced
+        if fenced is None:
+            return self.store.get_json(self.keys.status) or {}
+        if self.controller is None:
+            self.workers = LocalProcesses(fenced, self.keys, self.log_dir)
+            self.controller = JobController(fenced, self.job, self.workers, self.endpoints)
+        try:
+            return self.controller.step()
+        except NotLeaderError as err:
+            log.warning("%s", err)
+            self.controller, self.workers = None, None
+            return self.store.get_json(self.keys.status) or {}
+
+    def done(self, status: dict[str, Any]) -> bool:
+        if self.controller is not None:
+            return self.controller.done()
+        return status.get("phase") in FINAL_PHASES  # the leader winds the workers down
+
+    def run_until_done(self, on_status: Callable[[dict[str, Any]], None] | None = None, period: float = 0.3) -> dict:
         while True:
-            self.step(on_status)
+            status = self.step()
+            if on_status is not None and status:
+                on_status(status)
+            if self.done(status):
+                try:
+                    if self.controller is not None:
+                        self.controller.finish()
+                except NotLeaderError as err:  # deposed at the very end: the new leader finishes
+                    log.warning("%s", err)
+                return status
             time.sleep(period)
+
+    def stop_workers(self) -> None:
+        """Stop the workers this process runs for the job (none while another controller leads)."""
+        if self.workers is not None:
+            self.workers.stop_all()

@@ -5,7 +5,8 @@ failure rules (FailJob on exit code 3, ...) cannot be applied to a worker crash 
 place. This launcher is torchrun itself (same arguments, same code path) with one addition: its agent
 hands the first failed worker's exit code to the handler before re-rendezvous. It also makes the job
 budget, not torchrun's per-agent counter, the limit that matters: `--max-restarts` defaults to a large
-number here.
+number here. As it exits, the agent records its own exit code in etcd (`exit_recorded`), so that a
+controller that adopted it (and so is not its parent) still applies the exit-code rules.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from collections.abc import Sequence
 from torch.distributed.elastic.agent.server.api import RunResult, WorkerGroup, WorkerState
 from torch.distributed.elastic.agent.server.local_elastic_agent import LocalElasticAgent
 
+from elastic.cluster.local import exit_recorded
 from elastic.rendezvous.handler import BACKEND, EtcdV3RendezvousHandler
 
 # torchrun's per-agent counter would otherwise end an agent long before the job budget is spent.
@@ -56,7 +58,8 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     # launch_agent() builds its agent from this module attribute: the one seam torchrun offers.
     launcher_api.LocalElasticAgent = ReportingAgent  # type: ignore[misc]
-    torchrun_main(with_defaults(sys.argv[1:] if argv is None else argv))
+    with exit_recorded():
+        torchrun_main(with_defaults(sys.argv[1:] if argv is None else argv))
 
 
 if __name__ == "__main__":

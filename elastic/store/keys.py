@@ -114,8 +114,21 @@ class JobKeys:
     def worker(self, worker_id: str) -> str:
         return self.workers_prefix + worker_id
 
+    @functools.cached_property
+    def worker_exits_prefix(self) -> str:
+        return self.prefix + "exits/"
+
+    def worker_exit(self, worker_id: str) -> str:
+        """Where a worker's agent records its own exit code, for a controller that did not start it."""
+        return self.worker_exits_prefix + worker_id
+
 
 
 def job_keys_prefix() -> str:
     """Prefix of every job's keys, for listing jobs."""
     return ROOT + "jobs/"
+
+
+def controller_leader_key() -> str:
+    """The leased key of the acting local controller (one per etcd); its mod revision is the epoch."""
+    return ROOT + "controllers/leader"
