@@ -22,6 +22,7 @@ from pathlib import Path
 
 from elastic.cluster.base import WorkerLaunch, WorkerObservation
 from elastic.cluster.processes import descendants_of, is_worker
+from elastic.codec import CorruptValueError, WorkerExitRecord, WorkerRecord, decode_model
 from elastic.errors import ElasticError
 from elastic.store import Delete, JobKeys, Store
 
@@ -59,9 +60,13 @@ class LocalProcesses:
     def _adopt(self) -> None:
         entries, _ = self.store.get_prefix(self.keys.workers_prefix)
         for entry in entries:
-            record = entry.json()
             name = entry.key[len(self.keys.workers_prefix) :]
-            worker = _Worker(name, int(record["pid"]), float(record["started_at"]), record.get("log", ""))
+            try:
+                record = decode_model(WorkerRecord, entry.key, entry.value)
+            except CorruptValueError as err:
+                log.warning("not adopting worker %s: %s", name, err)  # no pid to trust: nothing to signal
+                continue
+            worker = _Worker(name, record.pid, record.started_at, record.log)
             self._workers[name] = worker
             self._refresh(worker)
             log.info("adopted worker %s (pid %d, %s)", name, worker.pid, "gone" if worker.gone else "alive")
@@ -136,10 +141,15 @@ class LocalProcesses:
 
     def _recorded_exit(self, worker: _Worker) -> int | None:
         """The exit code an adopted worker's agent recorded, if it was that process (pid) that recorded it."""
-        record = self.store.get_json(self.keys.worker_exit(worker.name)) or {}
-        if record.get("pid") != worker.pid or not isinstance(record.get("exit_code"), int):
+        entry = self.store.get(self.keys.worker_exit(worker.name))
+        try:
+            record = decode_model(WorkerExitRecord, entry.key, entry.value) if entry else None
+        except CorruptValueError as err:
+            log.warning("%s", err)
+            record = None
+        if record is None or record.pid != worker.pid:
             return None
-        return int(record["exit_code"])
+        return record.exit_code
 
     def stop(self, name: str) -> None:
         """Ask the agent to stop (SIGTERM: torch's agent stops its workers); SIGKILL after a grace period."""

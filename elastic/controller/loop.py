@@ -14,6 +14,7 @@ from typing import Any
 
 from elastic.cluster import WorkerSet
 from elastic.cluster.base import WorkerLaunch
+from elastic.codec import CorruptValueError, decode_progress, decode_status
 from elastic.controller.launch import agent_command, agent_env
 from elastic.controller.reconcile import (
     CloseJob,
@@ -25,11 +26,11 @@ from elastic.controller.reconcile import (
     StopWorker,
     reconcile,
 )
-from elastic.controller.status import FINAL_PHASES, job_status, parse_timestamp
+from elastic.controller.status import FINAL_PHASES, corrupt_status, job_status, parse_timestamp
 from elastic.policy.exits import Action
 from elastic.rendezvous.run import JobRun
 from elastic.rendezvous.state import Closed
-from elastic.spec import ElasticJob, parse_job
+from elastic.spec import ElasticJob
 from elastic.store import JobKeys, Put, Store
 
 log = logging.getLogger(__name__)
@@ -47,7 +48,7 @@ class JobController:
         self.endpoints = endpoints
         self.keys = JobKeys(job.metadata.namespace, job.metadata.name)
         self.run = JobRun(store, self.keys)
-        self.status: dict[str, Any] = store.get_json(self.keys.status) or {}
+        self.status: dict[str, Any] = self._read_status()
         self._appliers: dict[type, Callable[[Any, Observed], None]] = {
             InitRun: self._init_run,
             StartWorkers: self._start_workers,
@@ -64,7 +65,7 @@ class JobController:
     def observe(self) -> Observed:
         state = self.run.read()
         if state.spec is not None:  # `elastic scale` edits the spec in etcd
-            self.job = parse_job(state.spec)
+            self.job = state.spec
         started = self.status.get("startTime")
         return Observed(
             self.job,
@@ -73,19 +74,50 @@ class JobController:
             started_at=parse_timestamp(started) if started else None,
         )
 
+    def _read_status(self) -> dict[str, Any]:
+        """The status this controller wrote last; a bad one is rewritten (it is derived, never a source)."""
+        entry = self.store.get(self.keys.status)
+        if entry is None:
+            return {}
+        try:
+            return decode_status(entry.key, entry.value)
+        except CorruptValueError as err:
+            log.warning("%s: %s", self.job.key, err)
+            return {}
+
+    def _read_progress(self) -> tuple[dict[str, Any] | None, CorruptValueError | None]:
+        entry = self.store.get(self.keys.progress)
+        if entry is None:
+            return None, None
+        try:
+            return decode_progress(entry.key, entry.value), None
+        except CorruptValueError as err:
+            return None, err
+
     def step(self) -> dict[str, Any]:
         observed = self.observe()
+        progress, bad_progress = self._read_progress()
+        corrupt = observed.state.corruption() or bad_progress
+        if corrupt is not None:
+            # Nothing is decided on a state that does not decode: no worker started or stopped, no exit
+            # classified, nothing charged. The job says why, and carries on once the key is fixed.
+            status = corrupt_status(self.status, corrupt, observed.now)
+            self._write_status(status)
+            return status
         actions = reconcile(observed)
         for action in actions:
             log.info("%s: %s", self.job.key, action)
             self._appliers[type(action)](action, observed)
         if actions:
             observed = self.observe()
-        status = job_status(observed, self.status, self.store.get_json(self.keys.progress))
+        status = job_status(observed, self.status, progress)
+        self._write_status(status)
+        return status
+
+    def _write_status(self, status: dict[str, Any]) -> None:
         if status != self.status:
             self.store.put_json(self.keys.status, status)
             self.status = status
-        return status
 
     def done(self) -> bool:
         return self.status.get("phase") in FINAL_PHASES and not any(w.alive for w in self.workers.observe())

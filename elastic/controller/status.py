@@ -10,6 +10,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any
 
+from elastic.codec import CORRUPT_STATE, STATUS_TIME_FORMAT, CorruptValueError
 from elastic.controller.reconcile import Observed
 from elastic.policy.bounds import clamp_replicas
 
@@ -18,7 +19,7 @@ CONDITION_TYPES = (CREATED, RUNNING, RESTARTING, SUCCEEDED, FAILED)
 FINAL_PHASES = (SUCCEEDED, FAILED)
 
 
-TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
+TIME_FORMAT = STATUS_TIME_FORMAT
 
 
 def timestamp(seconds: float) -> str:
@@ -83,6 +84,18 @@ def job_status(observed: Observed, previous: dict[str, Any] | None, progress: di
         status["progress"] = {k: progress[k] for k in ("step", "loss", "world_size") if k in progress}
     if phase in FINAL_PHASES:
         status["completionTime"] = previous.get("completionTime") or timestamp(now)
+    return status
+
+
+def corrupt_status(previous: dict[str, Any], error: CorruptValueError, now: float) -> dict[str, Any]:
+    """The last status with a `CorruptState` condition naming the key; the phase stays as it was."""
+    status = dict(previous) or {"phase": CREATED, "startTime": timestamp(now)}
+    others = [c for c in status.get("conditions", []) if c.get("type") != CORRUPT_STATE]
+    old = next((c for c in status.get("conditions", []) if c.get("type") == CORRUPT_STATE), None)
+    since = old["lastTransitionTime"] if old and old.get("status") == "True" else timestamp(now)
+    status["conditions"] = [*others, {"type": CORRUPT_STATE, "status": "True", "reason": CORRUPT_STATE,
+                                      "message": str(error), "lastTransitionTime": since}]
+    status["corrupt"] = {"key": error.key, "problem": error.problem}
     return status
 
 

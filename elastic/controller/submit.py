@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import logging
 import uuid
 
+from elastic.codec import CorruptValueError, decode_spec, decode_status
 from elastic.errors import PermanentError
-from elastic.spec import ElasticJob, parse_job
+from elastic.spec import ElasticJob
 from elastic.store import Delete, JobKeys, ModRevisionIs, Put, Store
 from elastic.store.keys import job_keys_prefix
 
 FINAL = ("Succeeded", "Failed")
+log = logging.getLogger(__name__)
 
 
 class JobExistsError(PermanentError):
@@ -22,7 +25,10 @@ def submit_job(store: Store, job: ElasticJob, replace_finished: bool = True) -> 
     keys = JobKeys(job.metadata.namespace, job.metadata.name)
     existing = store.get(keys.spec)
     if existing is not None:
-        status = store.get_json(keys.status) or {}
+        try:
+            status = decode_status(keys.status, store.get(keys.status).value) if store.get(keys.status) else {}
+        except CorruptValueError:
+            status = {}
         if status.get("phase") not in FINAL or not replace_finished:
             raise JobExistsError(
                 f"job {job.key} already exists (phase {status.get('phase', 'unknown')}); "
@@ -36,5 +42,14 @@ def submit_job(store: Store, job: ElasticJob, replace_finished: bool = True) -> 
 
 
 def list_jobs(store: Store) -> list[ElasticJob]:
+    """Every submitted job whose spec decodes; a bad spec is logged and skipped, never fatal to the rest
+    (its job's controller, if one runs, marks it CorruptState)."""
     entries, _ = store.get_prefix(job_keys_prefix())
-    return [parse_job(e.json()) for e in entries if e.key.endswith("/spec") and e.key.count("/") == 5]
+    jobs = []
+    for entry in entries:
+        if entry.key.endswith("/spec") and entry.key.count("/") == 5:
+            try:
+                jobs.append(decode_spec(entry.key, entry.value))
+            except CorruptValueError as err:
+                log.warning("%s", err)
+    return jobs

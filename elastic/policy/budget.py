@@ -45,14 +45,6 @@ class Budget:
     def to_json(self) -> dict[str, Any]:
         return {"max": self.max, "used": self.used, "charges": [asdict(c) for c in self.charges]}
 
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Budget:
-        return cls(
-            max=int(data["max"]),
-            used=int(data.get("used", 0)),
-            charges=tuple(Charge(**c) for c in data.get("charges", ())),
-        )
-
 
 def charge(budget: Budget, incident: Charge) -> Budget:
     """The budget after one incident. Charging the same round twice changes nothing."""

@@ -23,22 +23,27 @@ from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 from torch.distributed.elastic.rendezvous import (
     RendezvousClosedError,
     RendezvousConnectionError,
+    RendezvousError,
     RendezvousHandler,
     RendezvousInfo,
     RendezvousStoreInfo,
     RendezvousTimeoutError,
 )
 
+from elastic.codec import CorruptValueError
 from elastic.errors import StoreUnavailableError
 from elastic.policy.exits import Action, ExitCause, first_cause
 from elastic.rendezvous.agent_store import EtcdAgentStore
 from elastic.rendezvous.config import RendezvousConfig
 from elastic.rendezvous.protocol import (
+    CORRUPT_STATE,
     FINISHED,
     MEMBER_LOST,
     SCALE_UP,
+    STORE_UNAVAILABLE,
     WORKER_FAILURE,
     Change,
+    EndDeadRound,
     Joined,
     Refuse,
     Seal,
@@ -58,8 +63,13 @@ log = logging.getLogger(__name__)
 BACKEND = "etcd-v3"
 SCALE_DOWN = "ScaleDown"
 PREEMPTED = "Preempted"
-# Departures that are free whatever the rules say: the controller or the user chose them.
-VOLUNTARY = {SCALE_DOWN, SCALE_UP}
+# Round ends that are free whatever the rules say: the controller or the user chose them, or neither the
+# job nor its nodes did anything wrong (etcd was away, someone wrote a bad key).
+VOLUNTARY = {SCALE_DOWN, SCALE_UP, STORE_UNAVAILABLE, CORRUPT_STATE}
+
+
+class RendezvousStateError(RendezvousError):
+    """A key of the job does not decode: this agent cannot take part until it is fixed (not a failure)."""
 
 
 class EtcdV3RendezvousHandler(RendezvousHandler):
@@ -82,6 +92,7 @@ class EtcdV3RendezvousHandler(RendezvousHandler):
         self._worker_failure: ExitCause | None = None
         self._lock = threading.Lock()
         self._shut_down = False
+        self._store_unavailable_at: float | None = None  # monotonic; when a call of ours last found etcd away
         atexit.register(self._at_exit)
 
     # --- torch's interface ---
@@ -99,15 +110,25 @@ class EtcdV3RendezvousHandler(RendezvousHandler):
         return False
 
     def next_rendezvous(self) -> RendezvousInfo:
-        try:
-            self._ensure_started()
-            if self._joined is not None:
-                self._end_trained_round()
-            joined = self._join()
-        except RunClosedError as err:
-            raise RendezvousClosedError(str(err)) from None
-        except StoreUnavailableError as err:
-            raise RendezvousConnectionError(str(err)) from None
+        deadline = time.monotonic() + self.config.join_timeout
+        while True:
+            try:
+                self._ensure_started()
+                if self._joined is not None:
+                    self._end_trained_round()
+                joined = self._join()
+                break
+            except RunClosedError as err:
+                raise RendezvousClosedError(str(err)) from None
+            except CorruptValueError as err:
+                raise RendezvousStateError(str(err)) from None
+            except StoreUnavailableError as err:
+                # etcd is away: not this job's failure. Keep trying until the join timeout, as a joiner
+                # waiting for peers would (DESIGN §3.11); workers stay stopped meanwhile (fenced).
+                self._store_unavailable_at = time.monotonic()
+                if time.monotonic() > deadline:
+                    raise RendezvousConnectionError(str(err)) from None
+                log.warning("etcd unavailable, retrying the rendezvous: %s", err)
         with self._lock:
             self._joined, self._pending, self._worker_failure = joined.round, None, None
         assert self._view is not None
@@ -124,11 +145,17 @@ class EtcdV3RendezvousHandler(RendezvousHandler):
             if self._joined is None or self._view is None:
                 return 0
             if self._member_lease is not None and self._member_lease.lost.is_set():
-                self._pending = self._pending or Change(MEMBER_LOST, member=self.member_id)
+                reason = STORE_UNAVAILABLE if self._member_lease.unreachable else MEMBER_LOST
+                self._pending = self._pending or Change(reason, member=self.member_id)
                 return 1
-            change = membership_change(self._view.state(), self._joined.number, self.config.max_nodes)
+            state = self._view.state()
+            if state.corrupt:
+                return 0  # decide nothing on a bad key: training goes on, the controller reports it
+            change = membership_change(state, self._joined.number, self.config.max_nodes)
             if change is None:
                 return 0
+            if change.reason == MEMBER_LOST and self._store_was_away():
+                change = Change(STORE_UNAVAILABLE, member=change.member)
             self._pending = self._pending or change
             return change.waiting
 
@@ -147,7 +174,9 @@ class EtcdV3RendezvousHandler(RendezvousHandler):
         round with that failure's exit code, classified by the job's rules.
         """
         ending = sys.exc_info()[1]
-        if isinstance(ending, ChildFailedError):
+        if isinstance(ending, RendezvousStateError):
+            self._leave(CORRUPT_STATE)
+        elif isinstance(ending, ChildFailedError):
             self.report_worker_failure(*_first_failure(ending))
             self._leave(None)
         else:
@@ -192,7 +221,7 @@ class EtcdV3RendezvousHandler(RendezvousHandler):
         """End the round this agent trained in, if nobody has yet; one transaction decides who charges."""
         assert self._joined is not None
         number = self._joined.number
-        state = self.run.read()
+        state = self._decodable(self.run.read())
         change = self._pending or membership_change(state, number, self.config.max_nodes)
         if change is None and _is_current(state, number):
             # Our own workers failed: report, and give the other observers of the same incident a moment
@@ -207,6 +236,20 @@ class EtcdV3RendezvousHandler(RendezvousHandler):
             if incident is None or self.run.end_round(state, state.round, incident):  # type: ignore[arg-type]
                 return
             state = self.run.read()
+
+    def _store_was_away(self) -> bool:
+        """Our own keep-alive or calls failed to reach etcd within the last lease: an outage, not a loss."""
+        window = 2.0 * self.config.lease_seconds
+        lease = self._member_lease
+        seen = [t for t in (self._store_unavailable_at, lease.last_failure if lease else None) if t]
+        return any(time.monotonic() - t < window for t in seen)
+
+    @staticmethod
+    def _decodable(state: JobState) -> JobState:
+        error = state.corruption()
+        if error is not None:
+            raise error
+        return state
 
     def _own_cause(self) -> ExitCause:
         return self._worker_failure or ExitCause(None, worker=self.member_id, at=time.time())
@@ -289,7 +332,7 @@ class EtcdV3RendezvousHandler(RendezvousHandler):
             if self._member_lease.lost.is_set():  # etcd was unreachable for a whole TTL: start over, keyed anew
                 self._member_lease = LeaseKeeper.grant(self.store, self.config.lease_seconds)
                 written = None
-            state = self._view.state()
+            state = self._decodable(self._view.state())
             now_gathered = _gathered(state)
             if now_gathered != gathered:
                 gathered, quiet_since = now_gathered, time.monotonic()
@@ -317,9 +360,21 @@ class EtcdV3RendezvousHandler(RendezvousHandler):
                     self._view.wait_for_change(state.revision, timeout=min(remaining, 0.2))
                 else:
                     self._view.wait_for_change(state.revision, timeout=min(remaining, 1.0))
+            elif isinstance(step, EndDeadRound):
+                self._end_dead_round(state, step.round)
             elif isinstance(step, Wait):
                 wait = remaining if step.seconds is None else min(step.seconds, remaining)
                 self._view.wait_for_change(state.revision, timeout=max(min(wait, 1.0), 0.01))
+
+    def _end_dead_round(self, state: JobState, dead: Round) -> None:
+        """End a round whose members all vanished: free after a store outage we saw, else one charge."""
+        if self._store_was_away():
+            incident = Incident(STORE_UNAVAILABLE)
+        else:
+            lost = min(dead.members, key=dead.members.__getitem__)
+            incident = self.run.classify(state, MEMBER_LOST, ExitCause(None, reason="NodeLost", worker=lost))
+        log.warning("round %d has no live member left: ending it (%s)", dead.number, incident.reason)
+        self.run.end_round(state, dead, incident)
 
     def _member(self, target: int) -> Member:
         return Member(

@@ -22,6 +22,8 @@ SCALE_UP = "ScaleUp"
 ROUND_ENDED = "RoundEnded"  # someone else ended the round: nothing to decide, just re-join
 CLOSED = "Closed"
 FINISHED = "Finished"
+STORE_UNAVAILABLE = "StoreUnavailable"  # etcd was away: every lease lapsed together, or ours could not reach it
+CORRUPT_STATE = "CorruptState"  # a member left because a key of the job does not decode
 
 
 @dataclass(frozen=True)
@@ -65,12 +67,19 @@ class Wait:
 
 
 @dataclass(frozen=True)
+class EndDeadRound:
+    """A sealed round none of whose members holds a live key: nobody in it can end it, so the joiner does."""
+
+    round: Round
+
+
+@dataclass(frozen=True)
 class Joined:
     round: Round
     rank: int
 
 
-JoinStep = Refuse | Target | Seal | Wait | Joined
+JoinStep = Refuse | Target | Seal | Wait | EndDeadRound | Joined
 
 
 def join_step(state: JobState, me: str, settings: Settings, quiet_for: float, after_round: int | None) -> JoinStep:
@@ -90,6 +99,8 @@ def join_step(state: JobState, me: str, settings: Settings, quiet_for: float, af
     if current.sealed:
         if me in current.members and current.number != after_round:
             return Joined(current, current.members[me])
+        if current.members and not any(m in state.members or m in state.departed for m in current.members):
+            return EndDeadRound(current)  # DESIGN §3.12: else we would wait for join_timeout on nobody
         # A late joiner (or left behind): wait for the next round; the members of this one see us waiting.
         wanted = current.number + 1
         return Wait(None) if mine is not None and mine.target == wanted else Target(wanted)
@@ -150,6 +161,10 @@ def membership_change(state: JobState, joined_round: int, max_nodes: int) -> Cha
     current = state.round
     if current is None or current.number != joined_round or not current.sealed:
         return Change(ROUND_ENDED)
+    lost = [m for m in current.members if m not in state.members and m not in state.departed]
+    if lost and len(lost) == len(current.members):
+        # Every lease lapsed together: nobody's node failed, etcd was away (DESIGN §3.11). Free.
+        return Change(STORE_UNAVAILABLE)
     for member_id in sorted(current.members, key=current.members.__getitem__):
         if member_id in state.members:
             continue

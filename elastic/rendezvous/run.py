@@ -19,7 +19,7 @@ from elastic.policy.budget import Budget, Charge, charge, exhausted_message
 from elastic.policy.exits import Action, Decision, ExitCause, classify
 from elastic.rendezvous.protocol import FINISHED, all_finished
 from elastic.rendezvous.state import Closed, Departure, JobState, Member, Round
-from elastic.spec import RestartPolicy, Rule, parse_job
+from elastic.spec import RestartPolicy, Rule
 from elastic.store import Delete, JobKeys, ModRevisionIs, Put, Store, UnchangedSince, dumps
 
 log = logging.getLogger(__name__)
@@ -75,8 +75,7 @@ class JobRun:
         """The job's rules when a spec was submitted (controller, compose); else restart on any failure."""
         if state.spec is None:
             return (), RestartPolicy.ON_FAILURE
-        job = parse_job(state.spec)
-        return job.spec.failure_policy.rules, job.spec.restart_policy
+        return state.spec.spec.failure_policy.rules, state.spec.spec.restart_policy
 
     def classify(self, state: JobState, reason: str, cause: ExitCause) -> Incident:
         rules, restart_policy = self.failure_policy(state)

@@ -8,12 +8,26 @@ so a decision taken on a stale view simply fails and is taken again on a fresh o
 from __future__ import annotations
 
 import functools
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from elastic.codec import (
+    AliveRecord,
+    ClosedRecord,
+    CorruptValueError,
+    DepartureRecord,
+    DoneRecord,
+    MemberRecord,
+    RoundRecord,
+    RunRecord,
+    decode_budget,
+    decode_cause,
+    decode_model,
+    decode_spec,
+)
 from elastic.policy.budget import Budget
 from elastic.policy.exits import ExitCause
+from elastic.spec import ElasticJob
 from elastic.store import Entry, JobKeys
 
 
@@ -43,16 +57,16 @@ class Member:
         return data
 
     @classmethod
-    def from_json(cls, member_id: str, value: bytes, mod_revision: int) -> Member:
-        data = json.loads(value)
+    def decode(cls, key: str, member_id: str, value: bytes, mod_revision: int) -> Member:
+        record = decode_model(MemberRecord, key, value)
         return cls(
             id=member_id,
-            target=int(data["round"]),
-            host=data.get("host", ""),
-            addr=data.get("addr", ""),
-            pid=int(data.get("pid", 0)),
-            joined_at=float(data.get("joined_at", 0.0)),
-            worker=data.get("worker"),
+            target=record.round,
+            host=record.host,
+            addr=record.addr,
+            pid=record.pid,
+            joined_at=record.joined_at,
+            worker=record.worker,
             mod_revision=mod_revision,
         )
 
@@ -95,17 +109,17 @@ class Round:
         return data
 
     @classmethod
-    def from_entry(cls, entry: Entry) -> Round:
-        data = entry.json()
+    def decode(cls, entry: Entry) -> Round:
+        record = decode_model(RoundRecord, entry.key, entry.value)
         return cls(
-            number=int(data["round"]),
-            sealed=bool(data.get("sealed", False)),
-            members={k: int(v) for k, v in data.get("members", {}).items()},
-            previous={k: int(v) for k, v in data.get("previous", {}).items()},
-            opened_by=data.get("opened_by", "Start"),
-            opened_at=float(data.get("opened_at", 0.0)),
-            sealed_at=data.get("sealed_at"),
-            expected=tuple(data.get("expected", ())),
+            number=record.round,
+            sealed=record.sealed,
+            members=dict(record.members),
+            previous=dict(record.previous),
+            opened_by=record.opened_by,
+            opened_at=record.opened_at,
+            sealed_at=record.sealed_at,
+            expected=tuple(record.expected),
             mod_revision=entry.mod_revision,
         )
 
@@ -137,7 +151,11 @@ class Departure:
 
 @dataclass(frozen=True)
 class JobState:
-    """Everything the protocol decides on, read at one revision."""
+    """Everything the protocol decides on, read at one revision.
+
+    Parsing never raises: a value that does not decode is left out and listed in `corrupt` (key ->
+    problem), so that whoever reads the state decides what a bad key means for *this* job only.
+    """
 
     run_id: str | None = None
     job_lease: int | None = None
@@ -147,66 +165,87 @@ class JobState:
     budget_revision: int = 0
     closed: Closed | None = None
     departed: dict[str, Departure] = field(default_factory=dict)
-    spec: dict[str, Any] | None = None
+    spec: ElasticJob | None = None
     causes: dict[str, ExitCause] = field(default_factory=dict)  # failures reported in the current round
     done: dict[str, int] = field(default_factory=dict)  # member -> round in which its workers all exited 0
     alive: frozenset[str] = frozenset()  # members that answered a failure report of the current round
     revision: int = 0
+    corrupt: dict[str, str] = field(default_factory=dict)  # key -> why its value does not decode
 
     def heard_from(self) -> frozenset[str]:
         """Members of the current round known alive during its incident: they reported or answered."""
         return frozenset(self.causes) | self.alive
 
+    def corruption(self) -> CorruptValueError | None:
+        """The first bad key, as the error an agent fails its rendezvous with (None: all keys decode)."""
+        if not self.corrupt:
+            return None
+        key = min(self.corrupt)
+        return CorruptValueError(key, self.corrupt[key])
+
     @classmethod
     def parse(cls, keys: JobKeys, entries: list[Entry], revision: int = 0) -> JobState:
-        run_id = job_lease = rnd = budget = closed = spec = None
-        budget_revision = 0
-        members: dict[str, Member] = {}
-        departed: dict[str, Departure] = {}
-        reports: dict[str, tuple[str, ExitCause]] = {}
-        answers: list[tuple[str, str]] = []
-        done: dict[str, int] = {}
-        members_prefix = keys.members_prefix
+        parser = _Parser(keys)
         for entry in entries:
-            key = entry.key
-            if key.startswith(members_prefix):  # most of the keys: checked first
-                member_id = key[len(members_prefix) :]
-                members[member_id] = _member(member_id, entry.value, entry.mod_revision)
-            elif key == keys.run:
-                data = entry.json()
-                run_id, job_lease = data.get("run_id"), data.get("lease")
-            elif key == keys.round:
-                rnd = Round.from_entry(entry)
-            elif key == keys.budget:
-                budget, budget_revision = Budget.from_json(entry.json()), entry.mod_revision
-            elif key == keys.closed:
-                closed = Closed(**entry.json())
-            elif key == keys.spec:
-                spec = entry.json()
-            elif key.startswith(keys.departed_prefix):
-                departed[key[len(keys.departed_prefix) :]] = Departure(**entry.json())
-            elif key.startswith(keys.done_prefix):
-                done[key[len(keys.done_prefix) :]] = int(entry.json()["round"])
-            elif key.startswith(keys.incidents_prefix):
-                round_text, _, member_id = key[len(keys.incidents_prefix) :].partition("/")
-                reports[member_id] = (round_text, ExitCause(**entry.json()))
-            elif key.startswith(keys.alive_prefix):
-                round_text, _, member_id = key[len(keys.alive_prefix) :].partition("/")
-                answers.append((round_text, member_id))
+            try:
+                parser.add(entry)
+            except CorruptValueError as err:
+                parser.corrupt[err.key] = err.problem
+        return parser.state(revision)
+
+
+class _Parser:
+    """Sorts a job's entries by key into the fields of a JobState, each decoded by `elastic.codec`."""
+
+    def __init__(self, keys: JobKeys) -> None:
+        self.keys = keys
+        self.fields: dict[str, Any] = {"members": {}, "departed": {}, "done": {}}
+        self.reports: dict[str, tuple[str, ExitCause]] = {}
+        self.answers: list[tuple[str, str]] = []
+        self.corrupt: dict[str, str] = {}
+
+    def add(self, entry: Entry) -> None:
+        keys, key, value = self.keys, entry.key, entry.value
+        if key.startswith(keys.members_prefix):  # most of the keys: checked first
+            member_id = key[len(keys.members_prefix) :]
+            self.fields["members"][member_id] = _member(key, member_id, value, entry.mod_revision)
+        elif key == keys.run:
+            run = decode_model(RunRecord, key, value)
+            self.fields["run_id"], self.fields["job_lease"] = run.run_id, run.lease
+        elif key == keys.round:
+            self.fields["round"] = Round.decode(entry)
+        elif key == keys.budget:
+            self.fields["budget"], self.fields["budget_revision"] = decode_budget(key, value), entry.mod_revision
+        elif key == keys.closed:
+            self.fields["closed"] = Closed(**decode_model(ClosedRecord, key, value).model_dump())
+        elif key == keys.spec:
+            self.fields["spec"] = decode_spec(key, value)
+        elif key.startswith(keys.departed_prefix):
+            departure = decode_model(DepartureRecord, key, value)
+            self.fields["departed"][key[len(keys.departed_prefix) :]] = Departure(**departure.model_dump())
+        elif key.startswith(keys.done_prefix):
+            self.fields["done"][key[len(keys.done_prefix) :]] = decode_model(DoneRecord, key, value).round
+        elif key.startswith(keys.incidents_prefix):
+            round_text, _, member_id = key[len(keys.incidents_prefix) :].partition("/")
+            self.reports[member_id] = (round_text, decode_cause(key, value))
+        elif key.startswith(keys.alive_prefix):
+            decode_model(AliveRecord, key, value)
+            round_text, _, member_id = key[len(keys.alive_prefix) :].partition("/")
+            self.answers.append((round_text, member_id))
+
+    def state(self, revision: int) -> JobState:
+        rnd: Round | None = self.fields.get("round")
         current = str(rnd.number) if rnd is not None else None
-        causes = {m: c for m, (r, c) in reports.items() if r == current}
-        alive = frozenset(m for r, m in answers if r == current)
-        return cls(
-            run_id, job_lease, rnd, members, budget, budget_revision, closed, departed, spec, causes, done, alive,
-            revision,
-        )
+        causes = {m: c for m, (r, c) in self.reports.items() if r == current}
+        alive = frozenset(m for r, m in self.answers if r == current)
+        return JobState(**self.fields, causes=causes, alive=alive, revision=revision, corrupt=self.corrupt)
 
 
 @functools.lru_cache(maxsize=8192)
-def _member(member_id: str, value: bytes, mod_revision: int) -> Member:
+def _member(key: str, member_id: str, value: bytes, mod_revision: int) -> Member:
     """Members are most of a job's keys and rarely change: each version is decoded once per process.
 
     A watched view is parsed again at every revision; without this, N members joining at once would make
     every one of them decode every member key at every join, O(N^3) JSON decoding in all.
     """
-    return Member.from_json(member_id, value, mod_revision)
+    return Member.decode(key, member_id, value, mod_revision)

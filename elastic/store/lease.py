@@ -35,6 +35,11 @@ class LeaseKeeper:
         self._stop = threading.Event()
         self.lost = threading.Event()
         self.lost_reason = ""
+        # True when the lease was lost because no keep-alive reached etcd (an outage on this side), not
+        # because etcd expired it while we were talking to it: the difference between a store outage
+        # and a lost member (DESIGN §3.11).
+        self.unreachable = False
+        self.last_failure = 0.0  # monotonic time of the last keep-alive that did not reach etcd
         self._thread = threading.Thread(target=self._run, name=f"lease-{lease_id:x}", daemon=True)
 
     @classmethod
@@ -56,7 +61,9 @@ class LeaseKeeper:
             try:
                 remaining = self.store.refresh_once(self.lease_id)
             except TRANSIENT_ERRORS as err:
+                self.last_failure = time.monotonic()
                 if time.monotonic() - last_ok > self.ttl:
+                    self.unreachable = True
                     self._lose(f"no keep-alive reached etcd for {self.ttl} s ({err})")
                     return
                 log.debug("lease %x keep-alive failed, will retry: %s", self.lease_id, err)
@@ -64,6 +71,8 @@ class LeaseKeeper:
                 interval, retry = retry * random.uniform(0.5, 1.0), min(retry * 2, period)
                 continue
             if remaining <= 0:
+                # Expired while our keep-alives could not get through: the outage's doing, not ours.
+                self.unreachable = time.monotonic() - self.last_failure < 2 * self.ttl if self.last_failure else False
                 self._lose("etcd reports the lease expired or was revoked")
                 return
             last_ok = time.monotonic()

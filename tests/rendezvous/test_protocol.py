@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from elastic.codec import decode_budget
 from elastic.policy.budget import Budget, Charge, charge, exhausted_message
 from elastic.rendezvous.protocol import (
     MEMBER_LOST,
@@ -21,6 +22,7 @@ from elastic.rendezvous.protocol import (
     membership_change,
 )
 from elastic.rendezvous.state import Closed, Departure, JobState, Member, Round
+from elastic.store import dumps
 
 SETTINGS = Settings(min_nodes=2, max_nodes=3, last_call_seconds=2.0)
 
@@ -138,7 +140,7 @@ BUDGET_CASES = [
 def test_budget_charge(budget, incident, used, exceeded) -> None:
     after = charge(budget, incident)
     assert (after.used, after.exceeded) == (used, exceeded)
-    assert Budget.from_json(after.to_json()) == after
+    assert decode_budget("budget", dumps(after.to_json())) == after
 
 
 def test_exhausted_message_names_budget_and_last_incident() -> None:
