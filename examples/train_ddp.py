@@ -243,10 +243,11 @@ class ProgressReporter:
             return
         try:
             if self._store is None:
-                from elastic.store import Store  # optional: the script also runs without this project
+                from elastic.store import EtcdAuth, Store  # optional: the script also runs without this project
 
                 # Short retries: a dead etcd may delay a step by a second or two, not by the default 10 s.
-                self._store = Store(self.endpoints, timeout=1.0, retry_seconds=1.0)
+                # TLS/auth settings come from ELASTIC_ETCD_* (the controller's agent passes them down).
+                self._store = Store(self.endpoints, timeout=1.0, retry_seconds=1.0, auth=EtcdAuth.from_env())
             self._store.put_json(self.key, {"step": step, "loss": loss, "world_size": world_size, "at": time.time()})
         except Exception as err:  # report failures of any kind, once, and carry on training
             if not self._warned:

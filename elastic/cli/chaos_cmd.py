@@ -26,7 +26,7 @@ def register(verbs: argparse._SubParsersAction) -> None:
 
 def kill_cmd(args: argparse.Namespace) -> int:
     keys = JobKeys.parse(args.job)
-    with connect(args.etcd) as store:
+    with connect(args) as store:
         entries, _ = store.get_prefix(keys.workers_prefix)
     workers = {e.key[len(keys.workers_prefix) :]: e.json()["pid"] for e in entries}
     if not workers:

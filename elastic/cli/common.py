@@ -7,7 +7,8 @@ import os
 import time
 from typing import Any
 
-from elastic.store import Store
+from elastic.store import EtcdAuth, Store
+from elastic.store.auth import ENV_VARS, FLAGS
 
 ETCD_ENV = "ELASTIC_ETCD"
 
@@ -23,8 +24,20 @@ def add_etcd_option(parser: argparse.ArgumentParser, required: bool = True) -> N
     )
 
 
-def connect(url: str) -> Store:
-    return Store(url, retry_seconds=5, timeout=2)
+    group = parser.add_argument_group("etcd TLS and auth (each defaults to its $ELASTIC_ETCD_* variable)")
+    for name, flag in FLAGS.items():
+        note = "; prefer the variable: a command line is visible to every local user" if name == "password" else ""
+        group.add_argument(flag, dest=f"etcd_{name}", default=None, help=f"default: ${ENV_VARS[name]}{note}")
+
+
+def etcd_auth(args: argparse.Namespace) -> EtcdAuth:
+    """TLS/auth settings of a command: its flags, else the ELASTIC_ETCD_* environment."""
+    return EtcdAuth.from_env().override(**{name: getattr(args, f"etcd_{name}", None) for name in FLAGS})
+
+
+def connect(args: argparse.Namespace, endpoints: str | None = None) -> Store:
+    """The store of a command: `--etcd` (or `endpoints`) with its TLS/auth settings."""
+    return Store(endpoints or args.etcd, retry_seconds=5, timeout=2, auth=etcd_auth(args))
 
 
 class StatusPrinter:

@@ -58,14 +58,14 @@ def validate_job(args: argparse.Namespace) -> int:
 
 def submit_cmd(args: argparse.Namespace) -> int:
     job = load_job(args.job_file)
-    with connect(args.etcd) as store:
+    with connect(args) as store:
         job = submit_job(store, job)
     print(f"job {job.key} submitted (run {job.metadata.uid})")
     return 0
 
 
 def status_cmd(args: argparse.Namespace) -> int:
-    with connect(args.etcd) as store:
+    with connect(args) as store:
         jobs = list_jobs(store)
         if args.job:
             wanted = JobKeys.parse(args.job)
@@ -103,7 +103,7 @@ def _print_table(rows: list[dict]) -> None:
 
 def scale_cmd(args: argparse.Namespace) -> int:
     keys = JobKeys.parse(args.job)
-    with connect(args.etcd) as store:
+    with connect(args) as store:
         for _ in range(10):
             entry = store.get(keys.spec)
             if entry is None:
@@ -125,7 +125,7 @@ def scale_cmd(args: argparse.Namespace) -> int:
 
 def delete_cmd(args: argparse.Namespace) -> int:
     keys = JobKeys.parse(args.job)
-    with connect(args.etcd) as store:
+    with connect(args) as store:
         if store.get(keys.spec) is None:
             raise PermanentError(f"no job {keys.namespace}/{keys.name} in etcd at {args.etcd}")
         run = JobRun(store, keys)

@@ -16,7 +16,7 @@ from elastic.controller.submit import submit_job
 from elastic.rendezvous.run import JobRun
 from elastic.rendezvous.state import Closed
 from elastic.spec import load_job
-from elastic.store import JobKeys
+from elastic.store import JobKeys, Store
 from elastic.store.server import EtcdServer
 
 
@@ -53,7 +53,7 @@ def run_job(args: argparse.Namespace) -> int:
         print(f"etcd {server.version} started at {server.client_url} (v3 API only)", flush=True)
     endpoints = args.etcd or server.client_url  # type: ignore[union-attr]
     _stop_on_sigterm()
-    store = connect(endpoints)
+    store = connect(args, endpoints) if server is None else Store(endpoints)
     keys = JobKeys(job.metadata.namespace, job.metadata.name)
     runner = None
     try:
@@ -84,7 +84,7 @@ def run_job(args: argparse.Namespace) -> int:
 
 def run_controller(args: argparse.Namespace) -> int:
     _stop_on_sigterm()
-    store = connect(args.etcd)
+    store = connect(args)
     if args.backend == "kubernetes":  # ElasticJobs from the API server, one leader among the replicas
         from elastic.controller.kube_manager import run_kubernetes_controller
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 
 from elastic.spec import ElasticJob
-from elastic.store import JobKeys
+from elastic.store import EtcdAuth, JobKeys
 
 # A worker's own command may say `python`: locally that must be this interpreter (the project's venv).
 PYTHON_NAMES = {"python", "python3"}
@@ -39,11 +39,14 @@ def agent_command(job: ElasticJob, endpoints: str, run_id: str, python: str = sy
     ]
 
 
-def agent_env(job: ElasticJob, endpoints: str) -> dict[str, str]:
+def agent_env(job: ElasticJob, endpoints: str, auth: EtcdAuth | None = None) -> dict[str, str]:
+    """The agent's environment; the controller's etcd TLS/auth settings go here, never on the command line
+    (every local user can read a command line in `ps`). The agent and its workers read them back."""
     keys = JobKeys(job.metadata.namespace, job.metadata.name)
     env = {var.name: var.value for var in job.spec.worker.env}
     env.update(
         {
+            **(auth or EtcdAuth()).env(),
             "ELASTIC_ETCD_ENDPOINTS": endpoints,
             "ELASTIC_PROGRESS_KEY": keys.progress,
             "OMP_NUM_THREADS": env.get("OMP_NUM_THREADS", "1"),

@@ -162,7 +162,7 @@ class JobController:
                 WorkerLaunch(
                     name,
                     agent_command(self.job, self.endpoints, self.run_id),
-                    agent_env(self.job, self.endpoints),
+                    agent_env(self.job, self.endpoints, self.store.auth),
                     self.job.spec.worker.working_dir,
                 )
             )

@@ -6,12 +6,12 @@ from __future__ import annotations
 import logging
 import re
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from torch.distributed.elastic.rendezvous import RendezvousParameters
 
-from elastic.store import JobKeys, TlsOptions
+from elastic.store import EtcdAuth, JobKeys
 
 log = logging.getLogger(__name__)
 
@@ -99,9 +99,8 @@ class RendezvousConfig:
     ttl_seconds: int = 3600
     reset: bool = False
     local_addr: str | None = None
-    tls: TlsOptions | None = None
-    user: str | None = None
-    password: str | None = None
+    # --rdzv-conf keys, else ELASTIC_ETCD_* (how the controller's agents get them)
+    auth: EtcdAuth = field(default_factory=EtcdAuth)
 
     @classmethod
     def from_parameters(cls, params: RendezvousParameters) -> RendezvousConfig:
@@ -116,9 +115,9 @@ class RendezvousConfig:
         if not params.endpoint:
             raise ValueError("--rdzv-endpoint is required for etcd-v3, e.g. 127.0.0.1:2379 or http://h1:2379,h2:2379")
         job = conf.get("job") or f"default/{job_name_for(params.run_id)}"
-        tls = None
-        if any(conf.get(k) for k in ("ca_cert", "cert", "key")):
-            tls = TlsOptions(conf.get("ca_cert"), conf.get("cert"), conf.get("key"))
+        auth = EtcdAuth.from_env().override(**{k: conf.get(k) for k in ("ca_cert", "cert", "key", "user", "password")})
+        if conf.get("password"):
+            log.warning("--rdzv-conf password: every local user can read it in `ps`; set ELASTIC_ETCD_PASSWORD instead")
         return cls(
             endpoints=params.endpoint,
             run_id=params.run_id,
@@ -135,9 +134,7 @@ class RendezvousConfig:
             ttl_seconds=_number(conf, "ttl_seconds", int, 3600, minimum=1),
             reset=str(conf.get("reset", "0")).lower() in ("1", "true", "yes"),
             local_addr=params.local_addr,
-            tls=tls,
-            user=conf.get("user"),
-            password=conf.get("password"),
+            auth=auth,
         )
 
 

@@ -80,7 +80,7 @@ class EtcdV3RendezvousHandler(RendezvousHandler):
         origin = os.environ.get("ELASTIC_WORKER") or socket.gethostname()
         self.member_id = f"{origin}-{os.getpid()}-{secrets.token_hex(2)}"
         self.store = store or Store(
-            config.endpoints, tls=config.tls, user=config.user, password=config.password, retry_seconds=15
+            config.endpoints, auth=config.auth, retry_seconds=15
         )
         self.run = JobRun(self.store, config.job)
         self._view: JobView | None = None

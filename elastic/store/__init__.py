@@ -1,12 +1,12 @@
 """The store layer: the only code that talks to etcd (client, leases, watches, key layout, local server)."""
 
+from elastic.store.auth import EtcdAuth, StoreAccessError
 from elastic.store.client import (
     Delete,
     Entry,
     ModRevisionIs,
     Put,
     Store,
-    TlsOptions,
     TxnResult,
     UnchangedSince,
     ValueIs,
@@ -19,13 +19,14 @@ from elastic.store.watch import PrefixWatch, WatchEvent
 __all__ = [
     "Delete",
     "Entry",
+    "EtcdAuth",
     "JobKeys",
     "LeaseKeeper",
     "ModRevisionIs",
     "PrefixWatch",
     "Put",
     "Store",
-    "TlsOptions",
+    "StoreAccessError",
     "TxnResult",
     "UnchangedSince",
     "ValueIs",

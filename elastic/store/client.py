@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -22,6 +23,7 @@ from pyetcd import transactions as etcd_txn
 from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_exponential
 
 from elastic.errors import StoreUnavailableError
+from elastic.store.auth import EtcdAuth, StoreAccessError
 from elastic.store.endpoints import EndpointAddress, parse_endpoints
 
 log = logging.getLogger(__name__)
@@ -48,15 +50,6 @@ CHANNEL_OPTIONS = [
 # How long a failed endpoint is skipped before it is tried again (pyetcd's default is 300 s, which would
 # turn a one-second etcd restart into five minutes of "no server available").
 ENDPOINT_RETRY_AFTER_SECONDS = 0.3
-
-
-@dataclass(frozen=True)
-class TlsOptions:
-    """Client TLS files; all paths. `cert`/`key` are for client-certificate auth."""
-
-    ca_cert: str | None = None
-    cert: str | None = None
-    key: str | None = None
 
 
 @dataclass(frozen=True)
@@ -147,18 +140,15 @@ class Store:
         *,
         timeout: float = 3.0,
         retry_seconds: float = 10.0,
-        tls: TlsOptions | None = None,
-        user: str | None = None,
-        password: str | None = None,
+        auth: EtcdAuth | None = None,
     ) -> None:
         self.addresses: list[EndpointAddress] = parse_endpoints(
             endpoints if isinstance(endpoints, str) else list(endpoints)
         )
         self.timeout = timeout
         self.retry_seconds = retry_seconds
-        self._tls = tls or TlsOptions()
-        self._user = user
-        self._password = password
+        self.auth = auth or EtcdAuth()
+        self.auth.check(self.addresses)  # a password over http is refused here, before anything is sent
         self._client: pyetcd.MultiEndpointEtcd3Client | None = None
 
     # --- connection ---
@@ -175,13 +165,7 @@ class Store:
         return self._client
 
     def _connect(self) -> pyetcd.MultiEndpointEtcd3Client:
-        creds = None
-        if any(a.secure for a in self.addresses):
-            if not self._tls.ca_cert:
-                raise ValueError("an https:// etcd endpoint needs a CA certificate (ca_cert)")
-            creds = pyetcd.MultiEndpointEtcd3Client.get_secure_creds(
-                self._tls.ca_cert, self._tls.key, self._tls.cert
-            )
+        creds = self.auth.channel_credentials() if any(a.secure for a in self.addresses) else None
         endpoints = [
             pyetcd.Endpoint(
                 a.host,
@@ -193,13 +177,18 @@ class Store:
             )
             for a in self.addresses
         ]
-        return pyetcd.MultiEndpointEtcd3Client(
-            endpoints=endpoints,
-            timeout=self.timeout,
-            user=self._user,
-            password=self._password,
-            failover=True,
-        )
+        try:
+            return pyetcd.MultiEndpointEtcd3Client(
+                endpoints=endpoints,
+                timeout=self.timeout,
+                user=self.auth.user,
+                password=self.auth.password,
+                failover=True,
+            )
+        except grpc.RpcError as err:  # pyetcd's Authenticate call is not behind its own error mapping
+            if err.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+                raise etcd_exceptions.ConnectionFailedError() from err
+            raise
 
     def close(self) -> None:
         if self._client is not None:
@@ -222,14 +211,33 @@ class Store:
                 reraise=True,
             ):
                 with attempt:
-                    return fn(*args, **kwargs)
+                    try:
+                        return fn(*args, **kwargs)
+                    except TRANSIENT_ERRORS as err:
+                        tls_problem = _tls_failure(err)
+                        if tls_problem:
+                            raise StoreAccessError(
+                                f"etcd at {self.endpoints_text}: TLS failed: {tls_problem}"
+                            ) from None
+                        raise
         except TRANSIENT_ERRORS as err:
             raise self.unavailable(what, err) from None
         except grpc.RpcError as err:  # auth, permission, bad request: not worth a retry
-            raise StoreUnavailableError(
-                f"etcd at {self.endpoints_text} refused {what}: {_rpc_details(err)}"
-            ) from None
+            raise self.refused(what, err) from None
         raise AssertionError("unreachable")  # pragma: no cover - Retrying either returns or raises
+
+    def refused(self, what: str, err: grpc.RpcError) -> StoreUnavailableError:
+        details = _rpc_details(err)
+        if err.code() == grpc.StatusCode.PERMISSION_DENIED:
+            who = f"etcd user {self.auth.user!r}" if self.auth.user else "this client"
+            return StoreAccessError(
+                f"etcd at {self.endpoints_text} refused {what}: {details}: {who} has no role granting that "
+                "key (a per-job role covers /elastic/jobs/<namespace>/<job>/ only; see README 'TLS and auth')"
+            )
+        if err.code() in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.INVALID_ARGUMENT) and self.auth.user:
+            return StoreAccessError(f"etcd at {self.endpoints_text} refused {what}: {details} "
+                                    "(check --etcd-user / $ELASTIC_ETCD_PASSWORD)")
+        return StoreUnavailableError(f"etcd at {self.endpoints_text} refused {what}: {details}")
 
     def unavailable(self, what: str, err: BaseException) -> StoreUnavailableError:
         return StoreUnavailableError(
@@ -296,7 +304,10 @@ class Store:
                 client._manage_grpc_errors(err)
             return TxnResult(response.succeeded, response.header.revision)
 
-        return self._call("transaction", run)
+        touched = [getattr(c, "key", None) or getattr(c, "prefix", "") for c in compare]
+        touched += [o.key for o in (*success, *failure)]
+        # Named by what it touches, so that a refusal (permission denied) says which keys.
+        return self._call(f"transaction on {os.path.commonpath(touched) if touched else '?'}", run)
 
     # --- leases ---
 
@@ -353,6 +364,32 @@ def _describe(err: BaseException) -> str:
     if isinstance(err, etcd_exceptions.NoServerAvailableError):
         return "no endpoint reachable"
     return str(err) or type(err).__name__
+
+
+# What gRPC's connection errors say when TLS, not the network, is the problem; and what to do about it.
+TLS_FAILURES = {
+    "CERTIFICATE_VERIFY_FAILED": "etcd's certificate is not signed by the CA given (--etcd-cacert), or does not "
+    "name the endpoint's host",
+    **dict.fromkeys(
+        # With TLS 1.3 the server checks the client's certificate after the handshake and drops the connection.
+        ("ALERT_BAD_CERTIFICATE", "CERTIFICATE_REQUIRED", "Unwrap failed"),
+        "etcd refused this client's certificate, or it has none: etcd started with --client-cert-auth needs one "
+        "signed by a CA it trusts (--etcd-cert/--etcd-key)",
+    ),
+    "handshake failed": "check --etcd-cacert and --etcd-cert/--etcd-key",
+}
+
+
+def _tls_failure(err: BaseException) -> str | None:
+    """Why a connection failed, if TLS was the cause (pyetcd keeps gRPC's error as the context of its own):
+    a wrong CA or a missing client certificate never heals by retrying."""
+    cause = err.__cause__ or err.__context__
+    text = _rpc_details(cause) if isinstance(cause, grpc.RpcError) else ""
+    for marker, advice in TLS_FAILURES.items():
+        if marker.lower() in text.lower():
+            detail = text.split("last error: ", 1)[-1].removesuffix(": OK")
+            return f"{advice} ({detail})"
+    return None
 
 
 def _rpc_details(err: grpc.RpcError) -> str:

@@ -35,6 +35,11 @@ def _parse_one(item: str) -> EndpointAddress:
     parts = urlsplit(item if "://" in item else f"http://{item}")
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ValueError(f"etcd endpoint {item!r}: expected 'http://host:port' or 'https://host:port'")
+    if parts.username or parts.password:  # a URL gets printed and logged; a password in it would leak
+        raise ValueError(
+            f"etcd endpoint {parts.scheme}://{parts.hostname}:...: put credentials in --etcd-user and "
+            "$ELASTIC_ETCD_PASSWORD, not in the URL"
+        )
     try:
         port = parts.port or DEFAULT_PORT
     except ValueError as err:

@@ -12,10 +12,13 @@ import os
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import tempfile
 import time
 import urllib.request
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from elastic.errors import PermanentError
@@ -76,6 +79,29 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+@dataclass(frozen=True)
+class ServerTls:
+    """TLS for the client port: https URLs; with `client_cert_auth`, clients must show a certificate signed
+    by `ca_cert`. `probe_cert`/`probe_key` is the client certificate the health probe and etcdctl present."""
+
+    ca_cert: Path
+    cert: Path
+    key: Path
+    client_cert_auth: bool = False
+    probe_cert: Path | None = None
+    probe_key: Path | None = None
+
+    def flags(self) -> list[str]:
+        flags = [f"--cert-file={self.cert}", f"--key-file={self.key}", f"--trusted-ca-file={self.ca_cert}"]
+        return flags + (["--client-cert-auth"] if self.client_cert_auth else [])
+
+    def client_context(self) -> ssl.SSLContext:
+        context = ssl.create_default_context(cafile=str(self.ca_cert))
+        if self.probe_cert and self.probe_key:
+            context.load_cert_chain(str(self.probe_cert), str(self.probe_key))
+        return context
+
+
 class EtcdServer:
     """One single-member etcd on loopback. Restartable on the same ports and data dir."""
 
@@ -85,18 +111,20 @@ class EtcdServer:
         data_dir: Path | None = None,
         client_port: int | None = None,
         peer_port: int | None = None,
+        tls: ServerTls | None = None,
     ) -> None:
         self.binary = binary or find_etcd_binary()
         self._own_dir = data_dir is None
         self.data_dir = data_dir or Path(tempfile.mkdtemp(prefix="elastic-etcd-"))
         self.client_port = client_port or free_port()
         self.peer_port = peer_port or free_port()
+        self.tls = tls
         self.process: subprocess.Popen[bytes] | None = None
         self.log_path = self.data_dir.parent / f"{self.data_dir.name}.log"
 
     @property
     def client_url(self) -> str:
-        return f"http://127.0.0.1:{self.client_port}"
+        return f"{'https' if self.tls else 'http'}://127.0.0.1:{self.client_port}"
 
     @property
     def version(self) -> str:
@@ -115,7 +143,27 @@ class EtcdServer:
             f"--initial-cluster=elastic={peer}",
             "--logger=zap",
             "--log-level=warn",
+            *(self.tls.flags() if self.tls else []),
         ]
+
+    def etcdctl(self, args: Sequence[str], user: str | None = None) -> str:
+        """Run the etcdctl shipped beside this etcd against it (`user` is `name:password`); returns stdout.
+
+        For tests and recipes (roles, users, auth enable): the same commands the README gives.
+        """
+        command = [str(self.binary.parent / "etcdctl"), f"--endpoints={self.client_url}"]
+        if self.tls:
+            command.append(f"--cacert={self.tls.ca_cert}")
+            if self.tls.probe_cert and self.tls.probe_key:
+                command += [f"--cert={self.tls.probe_cert}", f"--key={self.tls.probe_key}"]
+        if user:
+            command.append(f"--user={user}")
+        done = subprocess.run(
+            [*command, *args], capture_output=True, text=True, timeout=30, env={**os.environ, "ETCDCTL_API": "3"}
+        )
+        if done.returncode != 0:
+            raise PermanentError(f"etcdctl {' '.join(args)}: {done.stderr.strip() or done.stdout.strip()}")
+        return done.stdout
 
     def start(self, timeout: float = 30.0) -> EtcdServer:
         if self.process is not None and self.process.poll() is None:
@@ -129,7 +177,8 @@ class EtcdServer:
 
     def healthy(self) -> bool:
         try:
-            with urllib.request.urlopen(f"{self.client_url}/health", timeout=1) as response:
+            context = self.tls.client_context() if self.tls else None
+            with urllib.request.urlopen(f"{self.client_url}/health", timeout=1, context=context) as response:
                 return b'"true"' in response.read()
         except OSError:
             return False
