@@ -14,20 +14,34 @@ from enum import Enum
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, Strict, StringConstraints, model_validator
+from pydantic import (
+    AfterValidator,
+    AllowInfNan,
+    BaseModel,
+    ConfigDict,
+    Field,
+    Strict,
+    StringConstraints,
+    model_validator,
+)
 from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError
+
+from elastic.spec.excerpt import show
+from elastic.spec.names import label_problem
 
 API_VERSION = "elastic.dev/v1alpha1"
 KIND = "ElasticJob"
 
-# Kubernetes object names and namespaces (RFC 1123 label, as `metadata.name` of a Service or Pod).
-DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
-DNS1123_LABEL_MAX = 63
 _HOST = re.compile(r"[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?|\[[0-9A-Fa-f:.]+\]")
 
-Int = Annotated[int, Strict()]
-Float = Annotated[float, Strict()]  # strict float still takes an int such as `2`
+# Every number has an upper bound: Kubernetes stores these as int32 (replicas, seconds), etcd takes a lease
+# TTL only that large, and nothing past it means anything on a real machine (a 68-year lease).
+INT32_MAX = 2**31 - 1
+Int32 = Annotated[int, Strict(), Field(le=INT32_MAX)]
+# Strict float still takes an int such as `2`; `.inf`/`.nan` are refused because JSON (so etcd and the CRD)
+# cannot carry them, and an infinite lastCallSeconds would never seal a round.
+Float = Annotated[float, Strict(), AllowInfNan(False), Field(le=INT32_MAX)]
 NonEmptyStr = Annotated[str, StringConstraints(min_length=1)]
 
 
@@ -39,17 +53,10 @@ def problem(text: str, field: str | None = None) -> PydanticCustomError:
     return PydanticCustomError("elastic_spec", "{problem}", {"problem": text, "field": field})
 
 
-def _suggest_dns_label(value: str) -> str:
-    fixed = re.sub(r"[^a-z0-9-]+", "-", value.lower()).strip("-")[:DNS1123_LABEL_MAX].strip("-")
-    return fixed or "my-job"
-
-
 def _dns1123_label(value: str) -> str:
-    if len(value) > DNS1123_LABEL_MAX or not DNS1123_LABEL.fullmatch(value):
-        raise problem(
-            f"{value!r} is not a DNS-1123 label; use at most {DNS1123_LABEL_MAX} lowercase letters, digits "
-            f"and '-', starting and ending with a letter or digit, e.g. {_suggest_dns_label(value)!r}"
-        )
+    text = label_problem(value)
+    if text:
+        raise problem(text)
     return value
 
 
@@ -69,7 +76,7 @@ def _endpoint(value: str) -> str:
         or parts.query
         or parts.fragment
     ):
-        raise problem(f"{value!r} is not an etcd endpoint; {fix}")
+        raise problem(f"{show(value)} is not an etcd endpoint; {fix}")
     return value
 
 
@@ -145,11 +152,11 @@ class WorkerTemplate(_Model):
 class RendezvousSpec(_Model):
     """Timing of the round protocol and where its etcd lives (empty endpoints: the controller's default)."""
 
-    lease_seconds: Int = Field(default=10, ge=1, description="TTL of each member's lease.")
+    lease_seconds: Int32 = Field(default=10, ge=1, description="TTL of each member's lease.")
     last_call_seconds: Float = Field(
         default=2.0, ge=0, description="Seal a round above minReplicas after this long without a joiner."
     )
-    join_timeout_seconds: Int = Field(default=600, ge=1)
+    join_timeout_seconds: Int32 = Field(default=600, ge=1)
     endpoints: list[Endpoint] = Field(default_factory=list)
 
 
@@ -174,7 +181,8 @@ class ExitCodes(_Model):
     def _zero_is_not_a_failure(self) -> "ExitCodes":
         if self.operator is ExitCodeOperator.IN and 0 in self.values:
             raise problem(
-                f"{self.values} contains 0, but exit code 0 is success and never classified; remove 0 from an In rule",
+                f"{show(self.values)} contains 0, but exit code 0 is success and never classified; "
+                "remove 0 from an In rule",
                 field="values",
             )
         return self
@@ -210,7 +218,7 @@ class Rule(_Model):
 class FailurePolicy(_Model):
     """The job-level retry budget and the rules that decide which exits spend it (DESIGN §3.2-3.5)."""
 
-    max_restarts: Int = Field(default=3, ge=0, description="Failure-caused round transitions the job may take.")
+    max_restarts: Int32 = Field(default=3, ge=0, description="Failure-caused round transitions the job may take.")
     rules: list[Rule] = Field(default_factory=list)
 
 
@@ -226,25 +234,26 @@ class ElasticJobSpec(_Model):
         }
     )
 
-    min_replicas: Int = Field(default=1, ge=1)
-    max_replicas: Int = Field(ge=1)
-    replicas: Int | None = Field(
-        default=None, description="Desired nodes; unset means maxReplicas; clamped into [min, max]."
+    min_replicas: Int32 = Field(default=1, ge=1)
+    max_replicas: Int32 = Field(ge=1)
+    replicas: Int32 | None = Field(
+        default=None,
+        ge=0, description="Desired nodes; unset means maxReplicas; clamped into [min, max]."
     )
-    nproc_per_node: Int = Field(default=1, ge=1)
+    nproc_per_node: Int32 = Field(default=1, ge=1)
     worker: WorkerTemplate
     rendezvous: RendezvousSpec = Field(default_factory=RendezvousSpec)
     failure_policy: FailurePolicy = Field(default_factory=FailurePolicy)
     restart_policy: RestartPolicy = RestartPolicy.ON_FAILURE
     success_policy: SuccessPolicy = SuccessPolicy.ALL_WORKERS
-    active_deadline_seconds: Int | None = Field(default=None, ge=1)
-    ttl_seconds_after_finished: Int | None = Field(default=None, ge=0)
+    active_deadline_seconds: Int32 | None = Field(default=None, ge=1)
+    ttl_seconds_after_finished: Int32 | None = Field(default=None, ge=0)
 
     @model_validator(mode="after")
     def _bounds(self) -> "ElasticJobSpec":
         if self.min_replicas > self.max_replicas:
             raise problem(
-                f"{self.min_replicas} is greater than spec.maxReplicas ({self.max_replicas}); "
+                f"{show(self.min_replicas)} is greater than spec.maxReplicas ({show(self.max_replicas)}); "
                 "set minReplicas <= maxReplicas",
                 field="minReplicas",
             )

@@ -18,10 +18,14 @@ from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
 from elastic.errors import PermanentError
+from elastic.spec.excerpt import cut, show
 from elastic.spec.model import ElasticJob
 
 _PLAIN_KEY = re.compile(r"[A-Za-z0-9_-]+")
-_MAX_VALUE_CHARS = 60
+# A document with thousands of bad items gets the first ones and a count, not thousands of lines.
+MAX_SHOWN_PROBLEMS = 20
+# Words longer than this are not misspellings of a field or an enum value: no guess.
+_MAX_GUESS_CHARS = 40
 
 
 class SpecError(PermanentError, ValueError):
@@ -37,7 +41,9 @@ class SpecError(PermanentError, ValueError):
         if len(self.problems) == 1:
             return f"{where}{self.problems[0]}"
         lines = [f"{where}{len(self.problems)} problems in the ElasticJob"]
-        lines += [f"  - {line}" for line in self.problems]
+        lines += [f"  - {line}" for line in self.problems[:MAX_SHOWN_PROBLEMS]]
+        if len(self.problems) > MAX_SHOWN_PROBLEMS:
+            lines.append(f"  ... and {len(self.problems) - MAX_SHOWN_PROBLEMS} more; fix these first")
         return "\n".join(lines)
 
 
@@ -48,16 +54,10 @@ def format_path(loc: Sequence[str | int]) -> str:
         if isinstance(part, int):
             out += f"[{part}]"
         elif _PLAIN_KEY.fullmatch(part):
-            out += f".{part}" if out else part
+            out += f".{cut(part)}" if out else cut(part)
         else:  # a map key such as a label 'app.kubernetes.io/name'
-            out += f"[{part!r}]"
+            out += f"[{show(part)}]"
     return out or "(document)"
-
-
-def show(value: Any) -> str:
-    """The bad value as the user would recognise it, cut short if long."""
-    text = repr(value)
-    return text if len(text) <= _MAX_VALUE_CHARS else text[: _MAX_VALUE_CHARS - 3] + "..."
 
 
 def problems_from(error: ValidationError) -> list[str]:
@@ -113,17 +113,18 @@ def _known_keys(loc: Sequence[str | int]) -> list[str]:
     return []
 
 
-def _closest(word: str, choices: Sequence[str]) -> str | None:
+def _closest(word: Any, choices: Sequence[str]) -> str | None:
     """Best guess for a misspelling; compares case-insensitively so 'onfailure' finds 'OnFailure'."""
+    if not isinstance(word, str) or len(word) > _MAX_GUESS_CHARS:
+        return None
     by_lower = {choice.lower(): choice for choice in choices}
     found = difflib.get_close_matches(word.lower(), list(by_lower), n=1, cutoff=0.6)
     return by_lower[found[0]] if found else None
 
 
 def _unknown_field(loc: Sequence[str | int]) -> str:
-    key = str(loc[-1])
     known = _known_keys(loc[:-1])
-    guess = _closest(key, known)
+    guess = _closest(loc[-1], known)
     if guess:
         return f"unknown field; did you mean {guess!r}?"
     if known:
@@ -138,14 +139,19 @@ def _not_in_enum(loc: Sequence[str | int], value: Any, ctx: dict[str, Any]) -> s
     else:
         allowed = [part.strip(" '") for part in re.split(r",| or ", str(ctx.get("expected", "")))]
     text = f"{show(value)} is not one of {', '.join(allowed)}"
-    guess = _closest(str(value), allowed)
+    guess = _closest(value, allowed)
     return f"{text}; did you mean {guess!r}?" if guess else text
 
 
 def _not_a_list(value: Any) -> str:
-    if isinstance(value, str) and value.split():
+    if isinstance(value, str) and value.split() and len(value) <= _MAX_GUESS_CHARS:
         return f"{show(value)} is not a list; write it as a list, e.g. {value.split()!r}"
     return f"{show(value)} is not a list; write a YAML list ('- item' per line, or [a, b])"
+
+
+def _number(bound: float) -> str:
+    """A bound as written in a spec: 2147483647, not 2.14748e+09; 0.5 stays 0.5."""
+    return str(int(bound)) if float(bound).is_integer() else f"{bound:g}"
 
 
 def _describe(detail: ErrorDetails) -> str:
@@ -160,7 +166,7 @@ def _describe(detail: ErrorDetails) -> str:
     path = format_path(loc)
     if kind == "missing":
         parent = format_path(loc[:-1]) if len(loc) > 1 else "the document"
-        return f"{path}: required field is missing; add {loc[-1]!r} to {parent}"
+        return f"{path}: required field is missing; add {show(loc[-1])} to {parent}"
     if kind == "extra_forbidden":
         return f"{path}: {_unknown_field(loc)}"
     if kind == "literal_error":
@@ -170,20 +176,23 @@ def _describe(detail: ErrorDetails) -> str:
         return f"{path}: {_not_in_enum(loc, value, ctx)}"
     if kind in ("int_type", "int_parsing", "int_from_float"):
         return f"{path}: {show(value)} is not an integer; write a whole number without quotes, e.g. 3"
+    if kind == "finite_number":
+        return f"{path}: {show(value)} is not a finite number; write a number such as 2.5"
     if kind in ("float_type", "float_parsing"):
         return f"{path}: {show(value)} is not a number; write a number without quotes, e.g. 2.5"
     if kind == "string_type":
         if isinstance(value, (int, float, bool)):
-            return f'{path}: {show(value)} is not a string; quote it, e.g. "{value}"'
+            return f'{path}: {show(value)} is not a string; quote it, e.g. "{show(value)}"'
         return f"{path}: {show(value)} is not a string; write a single string value"
     if kind == "list_type":
         return f"{path}: {_not_a_list(value)}"
     if kind in ("dict_type", "model_type", "model_attributes_type"):
-        return f"{path}: {show(value)} is not a mapping; write 'key: value' pairs under {loc[-1] if loc else 'it'}"
+        under = cut(str(loc[-1])) if loc else "it"
+        return f"{path}: {show(value)} is not a mapping; write 'key: value' pairs under {under}"
     if kind == "greater_than_equal":
-        return f"{path}: {show(value)} is less than {ctx['ge']:g}; set it to {ctx['ge']:g} or more"
+        return f"{path}: {show(value)} is less than {_number(ctx['ge'])}; set it to {_number(ctx['ge'])} or more"
     if kind == "less_than_equal":
-        return f"{path}: {show(value)} is greater than {ctx['le']:g}; set it to {ctx['le']:g} or less"
+        return f"{path}: {show(value)} is greater than {_number(ctx['le'])}; set it to {_number(ctx['le'])} or less"
     if kind == "too_short":
         need = ctx.get("min_length", 1)
         return f"{path}: {show(value)} is empty; give at least {need} item{'s' if need != 1 else ''}"
@@ -192,4 +201,4 @@ def _describe(detail: ErrorDetails) -> str:
     if kind == "string_too_long":
         return f"{path}: {show(value)} is too long; shorten it to {ctx.get('max_length')} characters or fewer"
     # A kind this table does not know yet: still one line, in the user's words as far as pydantic has them.
-    return f"{path}: {show(value)} is invalid: {detail['msg']}"
+    return f"{path}: {show(value)} is invalid: {cut(detail['msg'], 200)}"

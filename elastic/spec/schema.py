@@ -12,7 +12,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from elastic.spec.model import DNS1123_LABEL, DNS1123_LABEL_MAX, ElasticJob
+from elastic.spec.model import ElasticJob
+from elastic.spec.names import DNS1123_LABEL, DNS1123_LABEL_MAX
 
 _PRESERVE = "x-kubernetes-preserve-unknown-fields"
 _DROPPED = ("title",)

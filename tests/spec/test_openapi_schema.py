@@ -101,6 +101,8 @@ def test_enums_minimums_and_nullables_come_from_the_model() -> None:
     assert props["replicas"] == {
         "type": "integer",
         "nullable": True,
+        "minimum": 0,
+        "maximum": 2147483647,
         "description": "Desired nodes; unset means maxReplicas; clamped into [min, max].",
     }
     assert spec["required"] == ["maxReplicas", "worker"]

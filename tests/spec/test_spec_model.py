@@ -186,7 +186,7 @@ def test_load_job_reads_yaml_and_json(tmp_path: Path) -> None:
     [
         pytest.param(
             "spec: [unclosed\n",
-            "line 2, column 1: expected ',' or ']', but got '<stream end>' (while parsing a flow sequence); "
+            "line 2, column 1: did not find expected ',' or ']' (while parsing a flow sequence); "
             "fix the YAML syntax there (indentation, a space after ':', quotes around special characters)",
             id="a YAML syntax error gives line and column",
         ),
@@ -264,7 +264,7 @@ def jobs(draw: st.DrawFn) -> dict[str, Any]:
         "spec": {
             "minReplicas": low,
             "maxReplicas": draw(st.integers(low, 16)),
-            "replicas": draw(st.none() | st.integers(-2, 20)),
+            "replicas": draw(st.none() | st.integers(0, 20)),
             "worker": {
                 "command": draw(st.lists(words, min_size=1, max_size=3)),
                 "env": [{"name": n, "value": v} for n, v in draw(st.dictionaries(words, words, max_size=2)).items()],
