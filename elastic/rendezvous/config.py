@@ -3,14 +3,15 @@
 
 from __future__ import annotations
 
+import hashlib
 import logging
-import re
 import threading
 from dataclasses import dataclass, field
 from typing import Any
 
 from torch.distributed.elastic.rendezvous import RendezvousParameters
 
+from elastic.spec.names import DNS1123_LABEL_MAX, label_problem, to_label
 from elastic.store import EtcdAuth, JobKeys
 
 log = logging.getLogger(__name__)
@@ -24,7 +25,8 @@ CONF_KEYS = {
     "max_restarts": "the JOB-level retry budget: failure-caused re-rendezvous of the whole job (default 3)",
     "settle_seconds": "how long a failed agent waits for the other reports of the same incident, so the "
     "round ends on its root cause rather than on a collateral exit 1 (default 1)",
-    "job": "namespace/name used in the etcd key layout (default: default/<rdzv-id>)",
+    "job": "namespace/name used in the etcd key layout, each a DNS-1123 label (default: default/<rdzv-id>, "
+    "made a label plus a hash of the id when it is not one)",
     "ttl_seconds": "how long the run's keys outlive its last agent (default 3600)",
     "reset": "1 to start a closed run id afresh (default 0: a closed run id is refused)",
     "ca_cert": "CA certificate file for https:// endpoints",
@@ -139,9 +141,14 @@ class RendezvousConfig:
 
 
 def job_name_for(run_id: str) -> str:
-    """A key-safe job name from a run id (`--rdzv-id` may contain anything)."""
-    name = re.sub(r"[^A-Za-z0-9._-]+", "-", run_id).strip("-")
-    return name or "run"
+    """The job name of a run when `--rdzv-conf job=` is not given: the run id itself when it is a DNS-1123
+    label, else its closest label plus a hash of the whole id (`--rdzv-id` may contain anything, and two
+    different ids, such as `Run_A` and `run-a`, must never share a job's keys)."""
+    if label_problem(run_id) is None:
+        return run_id
+    digest = hashlib.sha256(run_id.encode("utf-8", "surrogatepass")).hexdigest()[:8]
+    stem = to_label(run_id)[: DNS1123_LABEL_MAX - len(digest) - 1].rstrip("-")
+    return f"{stem}-{digest}" if stem else f"run-{digest}"
 
 
 def _number(conf: dict[str, Any], key: str, kind: type, default: Any, minimum: float) -> Any:

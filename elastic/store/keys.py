@@ -8,6 +8,8 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
+from elastic.spec.names import split_job_name
+
 ROOT = "/elastic/"
 
 
@@ -21,11 +23,12 @@ class JobKeys:
 
     @classmethod
     def parse(cls, job: str) -> JobKeys:
-        """`ns/name` or a bare `name` (namespace `default`)."""
-        namespace, _, name = job.rpartition("/")
-        if not name or "/" in namespace:
-            raise ValueError(f"job {job!r}: expected 'namespace/name' or 'name'")
-        return cls(namespace or "default", name)
+        """`ns/name` or a bare `name` (namespace `default`), each a DNS-1123 label as in a spec's metadata.
+
+        Anything else raises JobNameError (a PermanentError and a ValueError): a '/', '..', space or
+        control character in a key segment would address another job's keys, or none.
+        """
+        return cls(*split_job_name(job))
 
     @functools.cached_property
     def prefix(self) -> str:

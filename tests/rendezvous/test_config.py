@@ -42,6 +42,27 @@ def test_bad_values_name_the_key(conf: dict[str, str], message: str) -> None:
         RendezvousConfig.from_parameters(params(**conf))
 
 
+@pytest.mark.parametrize(
+    ("run_id", "job_name"),
+    [
+        pytest.param("run-1", "run-1", id="a run id that is a DNS-1123 label is the job name"),
+        pytest.param("test_run_id", "test-run-id-3667828d", id="underscores become '-' plus a hash of the id"),
+        pytest.param("Run_A", "run-a-922a93c1", id="two ids that differ only in case or punctuation ..."),
+        pytest.param("run-a", "run-a", id="... never share a job"),
+        pytest.param("___", "run-bda25155", id="an id with nothing label-like left"),
+        pytest.param("a" * 100, "a" * 54 + "-28165978", id="a long id is cut to 63 characters"),
+    ],
+)
+def test_a_run_id_of_any_shape_gets_its_own_job_name(run_id: str, job_name: str) -> None:
+    config = RendezvousConfig.from_parameters(RendezvousParameters("etcd-v3", "127.0.0.1:2379", run_id, 1, 4))
+    assert (config.job.namespace, config.job.name) == ("default", job_name)
+
+
+def test_a_job_that_is_not_a_label_names_the_rule() -> None:
+    with pytest.raises(ValueError, match="not a DNS-1123 label"):
+        RendezvousConfig.from_parameters(params(job="ns/My_Job"))
+
+
 @pytest.mark.parametrize("key", sorted(CONF_KEYS))
 def test_readme_documents_every_key_as_the_parser_does(key: str) -> None:
     assert f"| `{key}` | {CONF_KEYS[key]} |" in README.read_text()
