@@ -146,6 +146,12 @@ class WorkerExitRecord(_Wire):
     at: Seconds = 0.0
 
 
+class LeaderKeyRecord(_Wire):
+    """The acting local controller's key (`/elastic/controllers/leader`)."""
+
+    holder: str
+
+
 class ConditionRecord(_Wire):
     model_config = ConfigDict(strict=True, frozen=True, extra="allow")
     type: str
@@ -217,6 +223,34 @@ def decode_status(key: str, value: bytes | str) -> dict[str, Any]:
     """A job's status as the controller wrote it (validated, then kept as the mapping it is)."""
     decode_model(StatusRecord, key, value)
     return decode_json_object(key, value)
+
+
+def status_for_display(key: str, value: bytes | str | None) -> dict[str, Any]:
+    """A job's status for those who only show or check it (`elastic status`, a standing-by runner): {} when
+    absent; when it does not decode, a status that says so, naming the key (the acting controller rewrites
+    it at its next step)."""
+    if value is None:
+        return {}
+    try:
+        return decode_status(key, value)
+    except CorruptValueError as err:
+        return {"phase": "Unknown", "reason": CORRUPT_STATE, "message": str(err)}
+
+
+def leader_holder(key: str, value: bytes | str) -> tuple[str, dict[str, Any]]:
+    """Who holds the leader key, and what it says about itself. A value this project did not write still
+    names a holder (its text): the key is held all the same, and only its holder may release it."""
+    try:
+        decode_model(LeaderKeyRecord, key, value)
+        info = decode_json_object(key, value)
+        return str(info["holder"]), info
+    except CorruptValueError:
+        text = value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+        return text, {}
+
+
+def decode_worker(key: str, value: bytes | str) -> WorkerRecord:
+    return decode_model(WorkerRecord, key, value)
 
 
 def decode_budget(key: str, value: bytes | str) -> Budget:

@@ -8,6 +8,7 @@ import signal
 
 from elastic.cli.common import add_etcd_option, connect
 from elastic.cluster.processes import children_of, is_worker
+from elastic.codec import decode_worker
 from elastic.errors import PermanentError
 from elastic.store import JobKeys
 
@@ -28,7 +29,7 @@ def kill_cmd(args: argparse.Namespace) -> int:
     keys = JobKeys.parse(args.job)
     with connect(args) as store:
         entries, _ = store.get_prefix(keys.workers_prefix)
-    workers = {e.key[len(keys.workers_prefix) :]: e.json()["pid"] for e in entries}
+    workers = {e.key[len(keys.workers_prefix) :]: decode_worker(e.key, e.value).pid for e in entries}
     if not workers:
         raise PermanentError(f"job {keys.namespace}/{keys.name} has no local workers to kill")
     name = args.worker or sorted(workers)[0]

@@ -11,6 +11,7 @@ from pathlib import Path
 import yaml
 
 from elastic.cli.common import add_etcd_option, connect
+from elastic.codec import CORRUPT_STATE, CorruptValueError, decode_json_object, status_for_display
 from elastic.controller.submit import list_jobs, submit_job
 from elastic.errors import PermanentError
 from elastic.policy.bounds import clamp_replicas
@@ -74,7 +75,9 @@ def status_cmd(args: argparse.Namespace) -> int:
                 raise PermanentError(f"no job {wanted.namespace}/{wanted.name} in etcd at {args.etcd}")
         rows = []
         for job in jobs:
-            status = store.get_json(JobKeys(job.metadata.namespace, job.metadata.name).status) or {}
+            key = JobKeys(job.metadata.namespace, job.metadata.name).status
+            entry = store.get(key)
+            status = status_for_display(key, entry.value if entry else None)
             rows.append({"job": job.key, "spec": job.to_dict()["spec"], "status": status})
     if args.output == "json":
         print(json.dumps(rows, indent=2))
@@ -99,6 +102,9 @@ def _print_table(rows: list[dict]) -> None:
     widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
     for line in lines:
         print("  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip())
+    for row in rows:  # a job whose state does not decode: say which key and how to fix it
+        if row["status"].get("reason") == CORRUPT_STATE:
+            print(f"{row['job']}: {row['status'].get('message', '')}")
 
 
 def scale_cmd(args: argparse.Namespace) -> int:
@@ -108,7 +114,9 @@ def scale_cmd(args: argparse.Namespace) -> int:
             entry = store.get(keys.spec)
             if entry is None:
                 raise PermanentError(f"no job {keys.namespace}/{keys.name} in etcd at {args.etcd}")
-            data = entry.json()
+            data = decode_json_object(keys.spec, entry.value)
+            if not isinstance(data.get("spec"), dict):
+                raise CorruptValueError(keys.spec, "no 'spec' mapping in the stored job")
             data["spec"]["replicas"] = args.replicas
             job = parse_job(data)
             if store.txn([ModRevisionIs(keys.spec, entry.mod_revision)], [Put.json(keys.spec, data)]).succeeded:

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
+from elastic.codec import leader_holder
 from elastic.errors import ElasticError
 from elastic.store import Entry, LeaseKeeper, ModRevisionIs, Put, Store
 from elastic.store.fenced import FencedStore
@@ -53,11 +54,7 @@ class LeaderRecord:
 
     @classmethod
     def from_entry(cls, entry: Entry) -> LeaderRecord:
-        try:
-            info = entry.json()
-            holder = str(info["holder"])
-        except (ValueError, KeyError, TypeError):  # not ours to judge: someone else holds the key
-            info, holder = {}, entry.value.decode(errors="replace")
+        holder, info = leader_holder(entry.key, entry.value)
         return cls(holder, entry.mod_revision, entry.lease, info)
 
 

@@ -12,6 +12,7 @@ from kubernetes import config
 from kubernetes.client import ApiClient, CoordinationV1Api, CoreV1Api, CustomObjectsApi
 
 from elastic.cluster.kubernetes import KubernetesWorkers
+from elastic.codec import CorruptValueError, decode_json_object
 from elastic.controller.kube_status import KubeStatus
 from elastic.controller.leader import LEASE_NAME, LeaderElector
 from elastic.controller.loop import JobController
@@ -79,8 +80,8 @@ class KubernetesControllerManager:
         wanted = job.to_dict()
         if existing is None:
             self.store.txn([ModRevisionIs(keys.spec, 0)], [Put.json(keys.spec, wanted)])
-        elif existing.json() != wanted:
-            if (existing.json().get("metadata") or {}).get("uid") != job.metadata.uid:  # deleted and re-created
+        elif (stored := _stored_spec(keys.spec, existing.value)) != wanted:
+            if (stored.get("metadata") or {}).get("uid") != job.metadata.uid:  # deleted and re-created
                 self.store.txn([ModRevisionIs(keys.spec, existing.mod_revision)], [Delete(keys.prefix, prefix=True)])
             self.store.put_json(keys.spec, wanted)
         return job
@@ -142,3 +143,12 @@ def run_kubernetes_controller(store: Store, endpoints: str) -> int:
     print(f"controller {identity} watching ElasticJobs (lease {namespace}/{LEASE_NAME})", flush=True)
     manager.run_forever()
     return 0
+
+
+def _stored_spec(key: str, value: bytes) -> dict[str, Any]:
+    """The spec etcd holds for a job; on Kubernetes the ElasticJob object is the truth, so one that does not
+    decode is simply replaced (read as empty)."""
+    try:
+        return decode_json_object(key, value)
+    except CorruptValueError:
+        return {}

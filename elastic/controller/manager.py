@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from elastic.cluster.local import LocalProcesses
+from elastic.codec import status_for_display
 from elastic.controller.election import Election
 from elastic.controller.loop import JobController
 from elastic.controller.status import FINAL_PHASES
@@ -61,7 +62,8 @@ class LocalControllerManager:
         for job in list_jobs(store):
             if job.key not in self.controllers:
                 keys = JobKeys(job.metadata.namespace, job.metadata.name)
-                status = store.get_json(keys.status) or {}
+                entry = store.get(keys.status)
+                status = status_for_display(keys.status, entry.value if entry else None)
                 if status.get("phase") in FINAL_PHASES and not store.get_prefix(keys.workers_prefix)[0]:
                     continue
                 self.controllers[job.key] = self.controller_for(job, store)
@@ -106,7 +108,7 @@ class LocalJobRunner:
         if fenced is not self._acting_as:
             self.controller, self.workers, self._acting_as = None, None, fenced
         if fenced is None:
-            return self.store.get_json(self.keys.status) or {}
+            return self._shown_status()
         if self.controller is None:
             self.workers = LocalProcesses(fenced, self.keys, self.log_dir)
             self.controller = JobController(fenced, self.job, self.workers, self.endpoints)
@@ -115,7 +117,11 @@ class LocalJobRunner:
         except NotLeaderError as err:
             log.warning("%s", err)
             self.controller, self.workers = None, None
-            return self.store.get_json(self.keys.status) or {}
+            return self._shown_status()
+
+    def _shown_status(self) -> dict[str, Any]:
+        entry = self.store.get(self.keys.status)
+        return status_for_display(self.keys.status, entry.value if entry else None)
 
     def done(self, status: dict[str, Any]) -> bool:
         if self.controller is not None:

@@ -8,7 +8,6 @@ and in order, across any number of disconnects; only compaction of the needed re
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import queue
 import threading
@@ -32,9 +31,6 @@ class WatchEvent:
     key: str
     value: bytes
     revision: int
-
-    def json(self) -> Any:
-        return json.loads(self.value) if self.value else None
 
 
 class PrefixWatch:

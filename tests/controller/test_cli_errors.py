@@ -77,3 +77,55 @@ def test_a_dead_etcd_is_one_readable_line(capsys) -> None:
     assert main(["status", "--etcd", dead]) == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and dead in err and "Check that etcd is running" in err
+
+
+@pytest.mark.parametrize("name", ["a/b/c", "/", "ns/", "/x", "../x", "ns/../x", "My_Job", "x y", "a" * 64])
+@pytest.mark.parametrize("verb", ["status", "scale", "delete", "chaos"])
+def test_a_job_name_that_is_not_a_label_is_one_clean_error(verb: str, name: str, etcd_server, capsys) -> None:
+    argv = {"status": ["status", name], "scale": ["scale", name, "1"], "delete": ["delete", name],
+            "chaos": ["chaos", "kill", name]}[verb]
+    assert main([*argv, "--etcd", etcd_server.client_url]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: job ") and err.count("\n") == 1, err
+    assert "expected 'namespace/name' or 'name'" in err or "DNS-1123" in err, err
+
+
+@pytest.fixture
+def submitted(etcd_server, tmp_path):
+    """One submitted job (no controller runs: these commands only read and write etcd)."""
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(broken("metadata.name", "scaled")))
+    assert main(["submit", str(path), "--etcd", etcd_server.client_url]) == 0
+    with Store(etcd_server.client_url) as store:
+        yield store
+        store.delete_prefix("/elastic/jobs/default/scaled/")
+
+
+@pytest.mark.parametrize("replicas", ["-1", "2147483648", "99999999999999999999"])
+def test_scale_refuses_a_value_outside_int32_before_writing(replicas, submitted, etcd_server, capsys) -> None:
+    before = submitted.get("/elastic/jobs/default/scaled/spec")
+    assert main(["scale", "scaled", replicas, "--etcd", etcd_server.client_url]) == 1
+    err = capsys.readouterr().err
+    assert "spec.replicas" in err and "Traceback" not in err, err
+    assert submitted.get("/elastic/jobs/default/scaled/spec") == before
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "verb"),
+    [
+        ("status", '{"phase":5}', ["status"]),
+        ("status", "not json{", ["status", "scaled", "-o", "json"]),
+        ("workers/w1", '{"pid":"12"}', ["chaos", "kill", "scaled"]),
+        ("spec", '{"apiVersion":"elastic.dev/v1alpha1"}', ["scale", "scaled", "2"]),
+    ],
+)
+def test_a_corrupt_key_is_shown_never_a_traceback(key, value, verb, submitted, etcd_server, capsys) -> None:
+    full_key = f"/elastic/jobs/default/scaled/{key}"
+    submitted.put(full_key, value)
+    code = main([*verb, "--etcd", etcd_server.client_url])
+    out, err = capsys.readouterr()
+    assert "Traceback" not in out + err
+    if verb[0] == "status":  # the job is listed, its status says what is wrong and where
+        assert code == 0 and "CorruptState" in out and full_key in out, out
+    else:
+        assert code == 1 and err.count("\n") == 1 and full_key in err, err
