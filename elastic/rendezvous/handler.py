@@ -92,7 +92,6 @@ class EtcdV3RendezvousHandler(RendezvousHandler):
         self._worker_failure: ExitCause | None = None
         self._lock = threading.Lock()
         self._shut_down = False
-        self._store_unavailable_at: float | None = None  # monotonic; when a call of ours last found etcd away
         atexit.register(self._at_exit)
 
     # --- torch's interface ---
@@ -125,7 +124,6 @@ class EtcdV3RendezvousHandler(RendezvousHandler):
             except StoreUnavailableError as err:
                 # etcd is away: not this job's failure. Keep trying until the join timeout, as a joiner
                 # waiting for peers would (DESIGN §3.11); workers stay stopped meanwhile (fenced).
-                self._store_unavailable_at = time.monotonic()
                 if time.monotonic() > deadline:
                     raise RendezvousConnectionError(str(err)) from None
                 log.warning("etcd unavailable, retrying the rendezvous: %s", err)
@@ -241,7 +239,7 @@ class EtcdV3RendezvousHandler(RendezvousHandler):
         """Our own keep-alive or calls failed to reach etcd within the last lease: an outage, not a loss."""
         window = 2.0 * self.config.lease_seconds
         lease = self._member_lease
-        seen = [t for t in (self._store_unavailable_at, lease.last_failure if lease else None) if t]
+        seen = [t for t in (self.store.last_unreachable, lease.last_failure if lease else None) if t]
         return any(time.monotonic() - t < window for t in seen)
 
     @staticmethod

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -61,9 +62,6 @@ class Entry:
     mod_revision: int
     create_revision: int
     lease: int
-
-    def json(self) -> Any:
-        return json.loads(self.value)
 
 
 # --- transaction vocabulary (kept free of pyetcd types so callers stay client-agnostic) ---
@@ -150,6 +148,9 @@ class Store:
         self.auth = auth or EtcdAuth()
         self.auth.check(self.addresses)  # a password over http is refused here, before anything is sent
         self._client: pyetcd.MultiEndpointEtcd3Client | None = None
+        # When a call last met etcd unreachable (monotonic), even if a retry then got through: how an
+        # agent tells an outage it lived through from a member lost while etcd was up (DESIGN §3.11).
+        self.last_unreachable: float | None = None
 
     # --- connection ---
 
@@ -219,6 +220,7 @@ class Store:
                             raise StoreAccessError(
                                 f"etcd at {self.endpoints_text}: TLS failed: {tls_problem}"
                             ) from None
+                        self.last_unreachable = time.monotonic()
                         raise
         except TRANSIENT_ERRORS as err:
             raise self.unavailable(what, err) from None
@@ -253,8 +255,10 @@ class Store:
         return _entry(response.kvs[0]) if response.kvs else None
 
     def get_json(self, key: str, default: Any = None) -> Any:
+        """A raw JSON value, for tests and tools that show what etcd holds. The project's own reads decode
+        through `elastic.codec`, which turns a bad value into an error naming the key."""
         entry = self.get(key)
-        return entry.json() if entry else default
+        return json.loads(entry.value) if entry else default
 
     def get_prefix(self, prefix: str) -> tuple[list[Entry], int]:
         """All keys under a prefix, sorted by key, and the store revision they were read at."""

@@ -59,3 +59,61 @@ def test_outage_longer_than_the_lease_is_free_and_a_real_loss_still_charges(trai
     agents[1].kill()
     assert wait_until(lambda: any(s.world_size == 1 for s in job.steps_since(killed_at)), 60), job.logs()
     assert job.budget()["used"] == 1, job.budget()
+
+
+def _members(job) -> list[str]:
+    return [e.key for e in job.store.get_prefix(job.keys.members_prefix)[0]]
+
+
+def _kill_all_at_once(agents) -> None:
+    """Freeze every process of every agent first, so that no agent sees another die and ends the round."""
+    for agent in agents:
+        for pid in [agent.pid, *agent.worker_pids()]:
+            os.kill(pid, signal.SIGSTOP)
+    for agent in agents:
+        agent.kill()
+
+
+def _ended_the_dead_round(job) -> bool:
+    return any("has no live member left" in agent.output() for agent in job.agents)
+
+
+def test_a_dead_round_is_ended_by_fresh_agents_and_charged_once(training_job) -> None:
+    """The whole job SIGKILLed: nobody of the sealed round is left to end it, so the next agents do."""
+    job = training_job(conf={"max_restarts": 3, "lease_seconds": 3}, steps=100000)
+    first = [job.add_agent(), job.add_agent()]
+    assert wait_until(lambda: len(job.steps()) >= 5, STARTUP), job.logs()
+    dead_round = job.round()["round"]
+    _kill_all_at_once(first)
+    assert wait_until(lambda: not _members(job), 30), "the killed agents' leases never ran out"
+    restarted_at = time.time()
+    job.add_agent(), job.add_agent()
+    # far below join_timeout (900 s): nobody waits on the dead round
+    assert wait_until(lambda: any(s.world_size == 2 for s in job.steps_since(restarted_at)), STARTUP), job.logs()
+    assert job.round()["round"] > dead_round and _ended_the_dead_round(job), job.logs()
+    charges = job.budget()["charges"]
+    assert [(c["round"], c["reason"]) for c in charges] == [(dead_round, "MemberLost")], charges
+    assert job.closed() is None
+
+
+def test_a_dead_round_left_by_an_etcd_outage_is_ended_for_free(training_job, etcd_server) -> None:
+    """Every agent died while etcd was away; a new agent that lived through the outage ends the round free."""
+    job = training_job(conf={"max_restarts": 0, "lease_seconds": 3}, steps=100000)
+    first = [job.add_agent(), job.add_agent()]
+    assert wait_until(lambda: len(job.steps()) >= 5, STARTUP), job.logs()
+    dead_round = job.round()["round"]
+    assert etcd_server.process is not None
+    os.kill(etcd_server.process.pid, signal.SIGSTOP)
+    try:
+        _kill_all_at_once(first)
+        newcomer = job.add_agent()
+        # the outage is what the test is about: the newcomer's first calls must meet etcd away
+        assert wait_until(lambda: "etcd unavailable" in newcomer.output(), 60), newcomer.output()[-2000:]
+    finally:
+        os.kill(etcd_server.process.pid, signal.SIGCONT)
+    resumed = time.time()
+    job.add_agent()
+    assert wait_until(lambda: any(s.world_size == 2 for s in job.steps_since(resumed)), STARTUP), job.logs()
+    assert job.round()["round"] > dead_round and _ended_the_dead_round(job), job.logs()
+    assert job.budget()["used"] == 0, job.budget()
+    assert job.closed() is None, "maxRestarts 0: one charge would have closed the job"

@@ -192,3 +192,16 @@ def test_an_agent_that_cannot_join_in_time_gets_a_clear_error(training_job) -> N
     assert lonely.wait(timeout=STARTUP) != 0
     output = lonely.output()
     assert "could not join a round" in output and "within 3 s" in output and "need 2 to 2 members" in output
+
+
+def test_a_bad_key_fails_the_rendezvous_naming_it_and_is_never_charged(training_job) -> None:
+    job = training_job(nnodes="1:1", steps=10)
+    job.store.put(job.keys.member("hand-edited"), "not json{")  # what anyone with etcdctl can do
+    refused = job.add_agent()
+    assert refused.wait(timeout=STARTUP) != 0
+    assert f"corrupt value at {job.keys.member('hand-edited')}: not JSON" in refused.output(), job.logs()
+    assert job.budget()["used"] == 0 and job.closed() is None, "a bad key is not a failure of the job"
+    job.store.delete(job.keys.member("hand-edited"))
+    fixed = job.add_agent()
+    assert fixed.wait(timeout=STARTUP + 60) == 0, job.logs()
+    assert job.budget()["used"] == 0 and job.closed()["reason"] == "Succeeded"
