@@ -10,6 +10,7 @@ Models are frozen: a parsed job is a value; derive a changed one with `model_cop
 """
 
 import re
+from collections.abc import Callable
 from enum import Enum
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
@@ -28,7 +29,9 @@ from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError
 
 from elastic.spec.excerpt import show
+from elastic.spec.labels import label_value_problem, qualified_name_problem
 from elastic.spec.names import label_problem
+from elastic.spec.process_text import env_name_problem, text_problem
 
 API_VERSION = "elastic.dev/v1alpha1"
 KIND = "ElasticJob"
@@ -45,19 +48,25 @@ Float = Annotated[float, Strict(), AllowInfNan(False), Field(le=INT32_MAX)]
 NonEmptyStr = Annotated[str, StringConstraints(min_length=1)]
 
 
-def problem(text: str, field: str | None = None) -> PydanticCustomError:
-    """An error whose text is already user-facing; `field` names a child key when raised by a model check.
+def problem(text: str, field: str | tuple[str | int, ...] | None = None) -> PydanticCustomError:
+    """An error whose text is already user-facing; `field` names a child key (or a path below the model,
+    such as `("env", 1, "name")`) when raised by a model check.
 
-    `errors.py` prints it as `<path>[.<field>]: <text>` instead of translating a pydantic error type.
+    `problems.py` prints it as `<path>[.<field>]: <text>` instead of translating a pydantic error type.
     """
     return PydanticCustomError("elastic_spec", "{problem}", {"problem": text, "field": field})
 
 
-def _dns1123_label(value: str) -> str:
-    text = label_problem(value)
-    if text:
-        raise problem(text)
-    return value
+def _checked(rule: Callable[[str], str | None]) -> AfterValidator:
+    """A validator from a rule that returns a problem sentence (or None for a good value)."""
+
+    def check(value: str) -> str:
+        text = rule(value)
+        if text:
+            raise problem(text)
+        return value
+
+    return AfterValidator(check)
 
 
 def _endpoint(value: str) -> str:
@@ -80,8 +89,13 @@ def _endpoint(value: str) -> str:
     return value
 
 
-DNSLabel = Annotated[str, AfterValidator(_dns1123_label)]
+DNSLabel = Annotated[str, _checked(label_problem)]
 Endpoint = Annotated[str, AfterValidator(_endpoint)]
+# What reaches a worker process's argv, environment or working directory (see process_text.py).
+ProcessText = Annotated[str, _checked(text_problem)]
+NonEmptyProcessText = Annotated[str, StringConstraints(min_length=1), _checked(text_problem)]
+QualifiedName = Annotated[str, _checked(qualified_name_problem)]
+LabelValue = Annotated[str, _checked(label_value_problem)]
 
 
 class _Model(BaseModel):
@@ -126,27 +140,50 @@ class ObjectMeta(_Model):
 
     name: DNSLabel = Field(description="Job name (DNS-1123 label); unique within its namespace.")
     namespace: DNSLabel = "default"
-    labels: dict[str, str] = Field(default_factory=dict)
-    annotations: dict[str, str] = Field(default_factory=dict)
+    labels: dict[QualifiedName, LabelValue] = Field(default_factory=dict)
+    annotations: dict[QualifiedName, str] = Field(default_factory=dict)
     uid: str | None = Field(default=None, description="Run id: a re-created job never joins a stale run.")
 
 
 class EnvVar(_Model):
     """Kubernetes' EnvVar shape, so the worker block can be pasted into a pod template."""
 
-    name: NonEmptyStr
-    value: str = ""
+    name: Annotated[str, _checked(env_name_problem)] = Field(
+        json_schema_extra={"minLength": 1, "pattern": "^[ -<>-~]+$"},
+        description="Printable ASCII without '=' (Kubernetes' relaxed rule; what execve can carry).",
+    )
+    value: ProcessText = ""
 
 
 class WorkerTemplate(_Model):
     """The training program each node runs under torchrun, and where to run it."""
 
-    command: list[NonEmptyStr] = Field(min_length=1, description='e.g. ["python", "examples/train_ddp.py"]')
-    args: list[str] = Field(default_factory=list)
-    env: list[EnvVar] = Field(default_factory=list)
-    working_dir: str | None = None
-    image: str | None = Field(default=None, description="Container image (compose and Kubernetes).")
+    command: list[NonEmptyProcessText] = Field(
+        min_length=1, description='e.g. ["python", "examples/train_ddp.py"]'
+    )
+    args: list[ProcessText] = Field(default_factory=list)
+    env: list[EnvVar] = Field(
+        default_factory=list,
+        description="One entry per name.",
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
+    )
+    working_dir: NonEmptyProcessText | None = Field(
+        default=None, description="Must exist where the worker starts; a missing one fails the job at start."
+    )
+    image: NonEmptyStr | None = Field(default=None, description="Container image (compose and Kubernetes).")
     resources: dict[str, Any] | None = Field(default=None, description="Passed to pods unchanged.")
+
+    @model_validator(mode="after")
+    def _unique_env_names(self) -> "WorkerTemplate":
+        first: dict[str, int] = {}
+        for index, var in enumerate(self.env):
+            seen = first.setdefault(var.name, index)
+            if seen != index:
+                raise problem(
+                    f"{show(var.name)} is already set by env[{seen}]; keep one entry per name",
+                    field=("env", index, "name"),
+                )
+        return self
 
 
 class RendezvousSpec(_Model):

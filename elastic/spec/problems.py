@@ -160,8 +160,11 @@ def _describe(detail: ErrorDetails) -> str:
     value = detail.get("input")
     ctx: dict[str, Any] = dict(detail.get("ctx") or {})
     if kind == "elastic_spec":
-        if ctx.get("field"):
-            loc.append(ctx["field"])
+        field = ctx.get("field")
+        if loc and loc[-1] == "[key]":  # pydantic's marker for a bad mapping key; the text says it is the key
+            loc.pop()
+        if field:
+            loc.extend(field if isinstance(field, tuple) else [field])
         return f"{format_path(loc)}: {ctx['problem']}"
     path = format_path(loc)
     if kind == "missing":

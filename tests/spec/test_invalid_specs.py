@@ -195,6 +195,78 @@ CASES = [
         id="a negative TTL is rejected",
     ),
     pytest.param(
+        edited(spec__worker__env=[{"name": "A=B", "value": "1"}]),
+        "spec.worker.env[0].name: 'A=B' contains '=', which ends a variable's name; use e.g. 'A_B'",
+        id="an env name with '=' is rejected (execve would split it)",
+    ),
+    pytest.param(
+        edited(spec__worker__env=[{"name": "", "value": "1"}]),
+        "spec.worker.env[0].name: '' is empty; an environment variable needs a name",
+        id="an empty env name is rejected",
+    ),
+    pytest.param(
+        edited(spec__worker__env=[{"name": "A", "value": "1"}, {"name": "B"}, {"name": "A", "value": "2"}]),
+        "spec.worker.env[2].name: 'A' is already set by env[0]; keep one entry per name",
+        id="a duplicate env name is rejected (the last one would silently win)",
+    ),
+    pytest.param(
+        edited(spec__worker__env__0__value="x\0y"),
+        "spec.worker.env[0].value: 'x\\x00y' contains a NUL byte (\\0), which no command line or "
+        "environment can carry; remove it",
+        id="a NUL byte in an env value is rejected",
+    ),
+    pytest.param(
+        edited(spec__worker__command=["python", "train.py\0"]),
+        "spec.worker.command[1]: 'train.py\\x00' contains a NUL byte (\\0), which no command line or "
+        "environment can carry; remove it",
+        id="a NUL byte in the command is rejected",
+    ),
+    pytest.param(
+        edited(spec__worker__args=["--lr", "\ud800"]),
+        "spec.worker.args[1]: '\\ud800' contains a lone UTF-16 surrogate, which has no UTF-8 bytes; remove it",
+        id="a lone surrogate in an argument is rejected",
+    ),
+    pytest.param(
+        edited(spec__worker__args=["x" * 40_000]),
+        "spec.worker.args[0]: '" + "x" * 56 + "... is 40000 bytes long, more "
+        "than the 32768 one argument or variable may have; pass large data in a file",
+        id="an argument longer than Linux takes is rejected",
+    ),
+    pytest.param(
+        edited(spec__worker__workingDir=""),
+        "spec.worker.workingDir: '' is empty; write a non-empty string or remove the entry",
+        id="an empty workingDir is rejected",
+    ),
+    pytest.param(
+        edited(spec__worker__image=""),
+        "spec.worker.image: '' is empty; write a non-empty string or remove the entry",
+        id="an empty image is rejected",
+    ),
+    pytest.param(
+        edited(metadata__labels={"app name": "x"}),
+        "metadata.labels['app name']: 'app name' is not a valid key; the name (after any 'prefix/') must have "
+        "at most 63 letters, digits, '-', '_' and '.', starting and ending with a letter or digit",
+        id="a label key with a space is rejected as Kubernetes would",
+    ),
+    pytest.param(
+        edited(metadata__labels={"Example.com/team": "x"}),
+        "metadata.labels['Example.com/team']: 'Example.com/team' has a bad prefix before '/': it must be a "
+        "lowercase DNS subdomain of at most 253 characters, e.g. 'example.com/team'",
+        id="a label key with an upper-case prefix is rejected",
+    ),
+    pytest.param(
+        edited(metadata__labels={"team": "ml research"}),
+        "metadata.labels.team: 'ml research' is not a valid label value; use at most 63 letters, digits, '-', "
+        "'_' and '.', starting and ending with a letter or digit (or an annotation for free text)",
+        id="a label value with a space is rejected",
+    ),
+    pytest.param(
+        edited(metadata__annotations={"x_": "free text is fine"}),
+        "metadata.annotations.x_: 'x_' is not a valid key; the name (after any 'prefix/') must have at most "
+        "63 letters, digits, '-', '_' and '.', starting and ending with a letter or digit",
+        id="an annotation key follows the label key rule",
+    ),
+    pytest.param(
         edited(spec=["maxReplicas", 2]),
         "spec: ['maxReplicas', 2] is not a mapping; write 'key: value' pairs under spec",
         id="a spec written as a list is rejected",

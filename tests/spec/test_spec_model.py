@@ -248,6 +248,7 @@ def test_yaml_merge_keys_are_not_duplicates() -> None:
 
 names = st.from_regex(r"[a-z]([-a-z0-9]{0,20}[a-z0-9])?", fullmatch=True)
 words = st.text(st.characters(min_codepoint=33, max_codepoint=126), min_size=1, max_size=12)
+env_names = st.text(st.characters(min_codepoint=32, max_codepoint=126, exclude_characters="="), min_size=1, max_size=12)
 
 
 @st.composite
@@ -260,14 +261,16 @@ def jobs(draw: st.DrawFn) -> dict[str, Any]:
     return {
         "apiVersion": "elastic.dev/v1alpha1",
         "kind": "ElasticJob",
-        "metadata": {"name": draw(names), "labels": draw(st.dictionaries(names, words, max_size=2))},
+        "metadata": {"name": draw(names), "labels": draw(st.dictionaries(names, names, max_size=2))},
         "spec": {
             "minReplicas": low,
             "maxReplicas": draw(st.integers(low, 16)),
             "replicas": draw(st.none() | st.integers(0, 20)),
             "worker": {
                 "command": draw(st.lists(words, min_size=1, max_size=3)),
-                "env": [{"name": n, "value": v} for n, v in draw(st.dictionaries(words, words, max_size=2)).items()],
+                "env": [
+                    {"name": n, "value": v} for n, v in draw(st.dictionaries(env_names, words, max_size=2)).items()
+            ],
             },
             "rendezvous": {"lastCallSeconds": draw(st.floats(0, 60, allow_nan=False))},
             "failurePolicy": {"maxRestarts": draw(st.integers(0, 10)), "rules": [rule]},
