@@ -270,7 +270,7 @@ def jobs(draw: st.DrawFn) -> dict[str, Any]:
                 "command": draw(st.lists(words, min_size=1, max_size=3)),
                 "env": [
                     {"name": n, "value": v} for n, v in draw(st.dictionaries(env_names, words, max_size=2)).items()
-            ],
+                ],
             },
             "rendezvous": {"lastCallSeconds": draw(st.floats(0, 60, allow_nan=False))},
             "failurePolicy": {"maxRestarts": draw(st.integers(0, 10)), "rules": [rule]},
