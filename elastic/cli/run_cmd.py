@@ -51,7 +51,7 @@ def run_job(args: argparse.Namespace) -> int:
     if args.etcd is None:
         server = EtcdServer().start()
         print(f"etcd {server.version} started at {server.client_url} (v3 API only)", flush=True)
-    endpoints = args.etcd or server.client_url  # type: ignore[union-attr]
+    endpoints = server.client_url if server is not None else args.etcd  # '' is an error in connect()
     _stop_on_sigterm()
     store = connect(args, endpoints) if server is None else Store(endpoints)
     keys = JobKeys(job.metadata.namespace, job.metadata.name)

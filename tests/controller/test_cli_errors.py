@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import time
 
 import pytest
 import yaml
@@ -77,6 +78,17 @@ def test_a_dead_etcd_is_one_readable_line(capsys) -> None:
     assert main(["status", "--etcd", dead]) == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and dead in err and "Check that etcd is running" in err
+
+
+@pytest.mark.parametrize("endpoint", ["", "http://", "ftp://x:1", "127.0.0.1:99999", "http://[::1:2379"])
+@pytest.mark.parametrize("verb", [["status"], ["controller"], ["run", "examples/elasticjob.yaml"]], ids=" ".join)
+def test_a_malformed_etcd_endpoint_is_one_line_at_once(verb: list[str], endpoint: str, capsys) -> None:
+    started = time.monotonic()
+    assert main([*verb, "--etcd", endpoint]) == 1
+    err = capsys.readouterr().err
+    assert time.monotonic() - started < 2, "a malformed endpoint is known before any connection is tried"
+    assert err.startswith("error: ") and err.count("\n") == 1 and "Traceback" not in err, err
+    assert "etcd endpoint" in err, err
 
 
 @pytest.mark.parametrize("name", ["a/b/c", "/", "ns/", "/x", "../x", "ns/../x", "My_Job", "x y", "a" * 64])
