@@ -43,6 +43,10 @@ def openapi_v3_schema(*, reject_unknown_fields: bool = False) -> dict[str, Any]:
         },
     }
     properties["status"] = {"type": "object", _PRESERVE: True}
+    # The scale subresource reads spec.replicas as an int64: a stored null makes GET /scale fail (500), which
+    # breaks `kubectl scale` and every HPA. Not nullable, the API server drops a null instead (unset: the
+    # job's maxReplicas, and /scale reads 0 until someone scales it).
+    properties["spec"]["properties"]["replicas"].pop("nullable", None)
     return root
 
 

@@ -23,6 +23,14 @@ def api_client(fake: FakeApiServer) -> Iterator[client.ApiClient]:
 
 
 @pytest.fixture
+def admin_client(fake: FakeApiServer) -> Iterator[client.ApiClient]:
+    """The user, as kubectl would be: a cluster admin (the fake enforces RBAC on the controller's account)."""
+    configuration = client.Configuration(host=fake.url)
+    with client.ApiClient(configuration, header_name="Authorization", header_value="Bearer admin") as api:
+        yield api
+
+
+@pytest.fixture
 def core(api_client: client.ApiClient) -> client.CoreV1Api:
     return client.CoreV1Api(api_client)
 

@@ -131,8 +131,7 @@ def test_a_pod_gone_without_being_asked_is_a_lost_node(fake: FakeApiServer, core
     workers = KubernetesWorkers(core, parse_job(job_doc("gj")))
     workers.start(WorkerLaunch("gj-0001", ["python", "x.py"], {}))
     workers.start(WorkerLaunch("gj-0002", ["python", "x.py"], {}))
-    with fake.lock:
-        del fake.pods[("default", "gj-0001")]  # the node and its pods vanished
+    fake.vanish("gj-0001")  # the node and its pods vanished
     workers.stop("gj-0002")
     seen = {w.name: w for w in workers.observe()}
     assert (seen["gj-0001"].alive, seen["gj-0001"].reason, seen["gj-0001"].stopping) == (False, "NodeLost", False)
@@ -159,8 +158,10 @@ def test_a_preempted_pod_is_a_failure_to_classify_not_a_stop(fake: FakeApiServer
 class Harness:
     """One ElasticJob on the fake cluster, driven by a real JobController against a real etcd."""
 
-    def __init__(self, fake: FakeApiServer, api: client.ApiClient, etcd: EtcdServer, **spec: Any) -> None:
+    def __init__(self, fake: FakeApiServer, api: client.ApiClient, admin: client.ApiClient, etcd: EtcdServer,
+                 **spec: Any) -> None:  # fmt: skip
         self.fake = fake
+        self.user = client.CustomObjectsApi(admin)  # what kubectl reads, as a cluster admin
         self.name = f"kj-{uuid.uuid4().hex[:6]}"
         doc = job_doc(self.name, **spec)
         stored = fake.add_job(doc)
@@ -194,18 +195,21 @@ class Harness:
         assert self.step()["phase"] == "Running"
         return names
 
-    def until_done(self, steps: int = 6) -> dict[str, Any]:
-        for _ in range(steps):
+    def until_done(self, timeout: float = 10) -> dict[str, Any]:
+        """Step until the job is done: running pods stop gracefully (the fake's kubelet takes a moment)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
             status = self.step()
             if self.controller.done():
                 return status
-        raise AssertionError(f"not done after {steps} steps: {self.controller.status}")
+            time.sleep(0.05)
+        raise AssertionError(f"not done after {timeout} s: {self.controller.status}")
 
     def budget(self) -> dict[str, Any]:
         return self.store.get_json(self.keys.budget) or {}
 
     def kube_job(self) -> dict[str, Any]:
-        return self.custom.get_namespaced_custom_object("elastic.dev", "v1alpha1", "default", "elasticjobs", self.name)
+        return self.user.get_namespaced_custom_object("elastic.dev", "v1alpha1", "default", "elasticjobs", self.name)
 
     def reasons(self) -> list[str]:
         return [e["reason"] for e in self.fake.events_for(self.name)]
@@ -215,11 +219,11 @@ class Harness:
 
 
 @pytest.fixture
-def harness(fake: FakeApiServer, api_client: client.ApiClient, etcd_server: EtcdServer):
+def harness(fake: FakeApiServer, api_client: client.ApiClient, admin_client: client.ApiClient, etcd_server: EtcdServer):
     made: list[Harness] = []
 
     def make(**spec: Any) -> Harness:
-        made.append(Harness(fake, api_client, etcd_server, **spec))
+        made.append(Harness(fake, api_client, admin_client, etcd_server, **spec))
         return made[-1]
 
     yield make
@@ -248,7 +252,7 @@ def test_a_pod_failing_with_137_costs_one_charge_and_is_replaced(harness) -> Non
     assert kube["status"]["selector"] == f"elastic.dev/job={h.name}"
     assert kube["spec"]["replicas"] == 2  # the status subresource leaves the spec alone
     # the replacement pod is Pending, which counts as active
-    scale = h.custom.get_namespaced_custom_object_scale("elastic.dev", "v1alpha1", "default", "elasticjobs", h.name)
+    scale = h.user.get_namespaced_custom_object_scale("elastic.dev", "v1alpha1", "default", "elasticjobs", h.name)
     assert scale["status"] == {"replicas": 2, "selector": f"elastic.dev/job={h.name}"}
     assert h.reasons() == ["Gathering", "RoundSealed", "Restarted", "WorkerExited"]
     restarted = h.fake.events_for(h.name)[2]

@@ -98,9 +98,8 @@ def test_enums_minimums_and_nullables_come_from_the_model() -> None:
     assert rule["properties"]["onExitCodes"]["nullable"] is True
     assert (props["minReplicas"]["minimum"], props["maxReplicas"]["minimum"]) == (1, 1)
     assert props["failurePolicy"]["properties"]["maxRestarts"]["minimum"] == 0
-    assert props["replicas"] == {
+    assert props["replicas"] == {  # never null: GET /scale would fail on it
         "type": "integer",
-        "nullable": True,
         "minimum": 0,
         "maximum": 2147483647,
         "description": "Desired nodes; unset means maxReplicas; clamped into [min, max].",
