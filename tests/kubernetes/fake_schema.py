@@ -3,8 +3,8 @@
 In the API server's order: prune the fields the structural schema does not declare (unless
 `x-kubernetes-preserve-unknown-fields`) and the nulls of fields that are not `nullable`, apply `default`s,
 validate (types, `nullable`, enums, bounds, lengths, patterns, item and property counts, `required`), then
-evaluate every `x-kubernetes-validations` CEL rule with `self` bound to its node (cel-python). A failure is a 422 with one cause per field, as the
-real server answers; the fake stores only what passed.
+evaluate every `x-kubernetes-validations` CEL rule with `self` bound to its node (cel-python). A failure
+is a 422 with one cause per field, as the real server answers; the fake stores only what passed.
 
 Left out on purpose (not used by manifests/crd.yaml): transition rules (`oldSelf`), `format` other than
 date-time, `x-kubernetes-int-or-string`, `allOf`/`anyOf` (a structural schema has none anyway).
