@@ -5,6 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
+from elastic.errors import PermanentError
+
+
+class WorkerStartError(PermanentError):
+    """A worker could not be started (the operating system refused: a missing working directory, a full
+    process table, an unwritable log directory, ...). The message names the worker and the OS error; the
+    controller fails that job with it instead of letting it out of the controller."""
+
 
 @dataclass(frozen=True)
 class WorkerObservation:
@@ -29,7 +37,9 @@ class WorkerLaunch:
 
 
 class WorkerSet(Protocol):
-    def start(self, launch: WorkerLaunch) -> None: ...
+    def start(self, launch: WorkerLaunch) -> None:
+        """Start one worker; WorkerStartError when it cannot be started."""
+        ...
 
     def stop(self, name: str) -> None: ...
 

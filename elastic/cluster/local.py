@@ -6,6 +6,9 @@ this controller started is its child and reports its exit code. An adopted one i
 its agent records its own exit code in etcd as it exits (`exits/<name>`, see `exit_recorded`): the job's
 exit-code rules apply to it too. Only an agent killed outright (SIGKILL, a lost node) leaves no record;
 its exit code is then unknown (None).
+
+A worker that cannot be started (the OS refuses: a workingDir that does not exist, no more processes)
+raises WorkerStartError with the OS error, which the controller turns into a failure of that job.
 """
 
 from __future__ import annotations
@@ -16,11 +19,11 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from elastic.cluster.base import WorkerLaunch, WorkerObservation
+from elastic.cluster.base import WorkerLaunch, WorkerObservation, WorkerStartError
 from elastic.cluster.processes import descendants_of, is_worker
 from elastic.codec import CorruptValueError, WorkerExitRecord, WorkerRecord, decode_model
 from elastic.errors import ElasticError
@@ -33,6 +36,40 @@ STOP_GRACE_SECONDS = 15.0
 # Set in each agent's environment: where it records its exit code (and ELASTIC_ETCD_ENDPOINTS: in which etcd).
 EXIT_KEY_ENV = "ELASTIC_WORKER_EXIT_KEY"
 ENDPOINTS_ENV = "ELASTIC_ETCD_ENDPOINTS"
+CHECKPOINT_DIR_ENV = "ELASTIC_CHECKPOINT_DIR"
+
+# At most this many training processes (workers x nprocPerNode) run on this machine; more would only make
+# it thrash, and a typo such as `maxReplicas: 1000000000` must not fork until the machine falls over.
+MAX_PROCESSES_ENV = "ELASTIC_MAX_LOCAL_PROCESSES"
+PROCESSES_PER_CPU = 4
+
+
+def default_max_processes() -> int:
+    """4 x the CPUs this process may run on (its affinity: a container's or taskset's share, not the host's)."""
+    return PROCESSES_PER_CPU * len(os.sched_getaffinity(0))
+
+
+def worker_environment(
+    launch: WorkerLaunch, checkpoint_dir: Path, exit_key: str, inherited: Mapping[str, str]
+) -> dict[str, str]:
+    """A local worker's whole environment: the controller's own (`inherited`), the job's, then what the
+    controller sets for every worker. The checkpoint directory is per run unless the job (or the
+    controller's environment) sets one: a new run never resumes from an old run's checkpoint by accident."""
+    return {
+        CHECKPOINT_DIR_ENV: str(checkpoint_dir),
+        **inherited,
+        **launch.env,
+        "ELASTIC_WORKER": launch.name,
+        EXIT_KEY_ENV: exit_key,
+        "PYTHONUNBUFFERED": "1",
+    }
+
+
+def start_failure(launch: WorkerLaunch, error: OSError) -> str:
+    """What the job's status says when the OS refused to start a worker, naming the spec field if it was one."""
+    field = " (spec.worker.workingDir)" if launch.working_dir and error.filename == launch.working_dir else ""
+    where = f": {error.filename}" if error.filename else ""
+    return f"worker {launch.name} could not be started: {error.strerror or error}{where}{field}"
 
 
 @dataclass
@@ -49,11 +86,11 @@ class _Worker:
 
 
 class LocalProcesses:
-    def __init__(self, store: Store, keys: JobKeys, log_dir: Path) -> None:
+    def __init__(self, store: Store, keys: JobKeys, log_dir: Path, checkpoint_dir: Path) -> None:
         self.store = store
         self.keys = keys
         self.log_dir = log_dir
-        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self.checkpoint_dir = checkpoint_dir
         self._workers: dict[str, _Worker] = {}
         self._adopt()
 
@@ -73,25 +110,20 @@ class LocalProcesses:
 
     def start(self, launch: WorkerLaunch) -> None:
         log_path = self.log_dir / f"{launch.name}.log"
-        env = {
-            # A per-run directory for checkpoints, unless the job sets its own: a new run never resumes
-            # from an old run's checkpoint by accident.
-            "ELASTIC_CHECKPOINT_DIR": str(self.log_dir / "checkpoints"),
-            **os.environ,
-            **launch.env,
-            "ELASTIC_WORKER": launch.name,
-            EXIT_KEY_ENV: self.keys.worker_exit(launch.name),
-            "PYTHONUNBUFFERED": "1",
-        }
-        with log_path.open("ab") as out:
-            process = subprocess.Popen(
-                launch.command,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                env=env,
-                cwd=launch.working_dir,
-                start_new_session=True,  # a Ctrl-C meant for the controller must not kill training
-            )
+        env = worker_environment(launch, self.checkpoint_dir, self.keys.worker_exit(launch.name), os.environ)
+        try:
+            self.log_dir.mkdir(parents=True, exist_ok=True)
+            with log_path.open("ab") as out:
+                process = subprocess.Popen(
+                    launch.command,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    env=env,
+                    cwd=launch.working_dir,
+                    start_new_session=True,  # a Ctrl-C meant for the controller must not kill training
+                )
+        except OSError as err:
+            raise WorkerStartError(start_failure(launch, err)) from None
         worker = _Worker(launch.name, process.pid, time.time(), str(log_path), process)
         try:
             self.store.put_json(

@@ -13,10 +13,11 @@ from collections.abc import Callable
 from typing import Any
 
 from elastic.cluster import WorkerSet
-from elastic.cluster.base import WorkerLaunch
+from elastic.cluster.base import WorkerLaunch, WorkerStartError
 from elastic.codec import CorruptValueError, decode_progress, decode_status
 from elastic.controller.launch import agent_command, agent_env
 from elastic.controller.reconcile import (
+    WORKER_START_FAILED,
     CloseJob,
     ForgetWorker,
     HandleExit,
@@ -38,14 +39,22 @@ log = logging.getLogger(__name__)
 RUN_TTL_SECONDS = 3600
 
 
+def run_id_of(job: ElasticJob) -> str:
+    """The job's run id: its uid (a fresh one per submission), else its name (a spec written by hand)."""
+    return job.metadata.uid or job.metadata.name
+
+
 class JobController:
     """Drives one ElasticJob until it is final and none of its workers runs."""
 
-    def __init__(self, store: Store, job: ElasticJob, workers: WorkerSet, endpoints: str) -> None:
+    def __init__(
+        self, store: Store, job: ElasticJob, workers: WorkerSet, endpoints: str, process_cap: int | None = None
+    ) -> None:
         self.store = store
         self.job = job
         self.workers = workers
         self.endpoints = endpoints
+        self.process_cap = process_cap  # the local machine's limit (None: workers run elsewhere, e.g. pods)
         self.keys = JobKeys(job.metadata.namespace, job.metadata.name)
         self.run = JobRun(store, self.keys)
         self.status: dict[str, Any] = self._read_status()
@@ -60,7 +69,7 @@ class JobController:
 
     @property
     def run_id(self) -> str:
-        return self.job.metadata.uid or self.job.metadata.name
+        return run_id_of(self.job)
 
     def observe(self) -> Observed:
         state = self.run.read()
@@ -72,6 +81,7 @@ class JobController:
             state,
             tuple(self.workers.observe()),
             started_at=parse_timestamp(started) if started else None,
+            process_cap=self.process_cap,
         )
 
     def _read_status(self) -> dict[str, Any]:
@@ -156,16 +166,23 @@ class JobController:
         self.run.ensure_run(self.run_id, self.job.spec.failure_policy.max_restarts, RUN_TTL_SECONDS)
 
     def _start_workers(self, action: StartWorkers, observed: Observed) -> None:
+        """Start the workers; one the OS refuses fails the job with the OS error (the ones started before it
+        are stopped by the wind-down), so a bad workingDir is a job's status, never the controller's crash."""
         for _ in range(action.count):
             name = f"{self.job.metadata.name}-{secrets.token_hex(2)}"
-            self.workers.start(
-                WorkerLaunch(
-                    name,
-                    agent_command(self.job, self.endpoints, self.run_id),
-                    agent_env(self.job, self.endpoints, self.store.auth),
-                    self.job.spec.worker.working_dir,
+            try:
+                self.workers.start(
+                    WorkerLaunch(
+                        name,
+                        agent_command(self.job, self.endpoints, self.run_id),
+                        agent_env(self.job, self.endpoints, self.store.auth),
+                        self.job.spec.worker.working_dir,
+                    )
                 )
-            )
+            except WorkerStartError as err:
+                log.warning("%s: %s", self.job.key, err)
+                self.run.close(self.run.read(), Closed(WORKER_START_FAILED, str(err), time.time()))
+                return
 
     def _stop_worker(self, action: StopWorker, observed: Observed) -> None:
         if action.departure and action.member and action.round is not None:

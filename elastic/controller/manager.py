@@ -17,10 +17,11 @@ from typing import Any
 from elastic.cluster.local import LocalProcesses
 from elastic.codec import status_for_display
 from elastic.controller.election import Election
-from elastic.controller.loop import JobController
+from elastic.controller.loop import JobController, run_id_of
 from elastic.controller.status import FINAL_PHASES
 from elastic.controller.submit import list_jobs
 from elastic.errors import NotLeaderError
+from elastic.rendezvous.config import job_name_for
 from elastic.spec import ElasticJob
 from elastic.store import JobKeys, Store
 from elastic.store.fenced import FencedStore
@@ -28,19 +29,36 @@ from elastic.store.fenced import FencedStore
 log = logging.getLogger(__name__)
 
 
+def local_workers(store: Store, job: ElasticJob, log_dir: Path) -> LocalProcesses:
+    """The job's local processes, logging to `log_dir`, with a checkpoint directory of this run's own.
+
+    The directory is named after the run id (a fresh uid per submission), not the job's name: a job
+    submitted again under the same name starts from scratch and never resumes the old run's checkpoint.
+    """
+    keys = JobKeys(job.metadata.namespace, job.metadata.name)
+    return LocalProcesses(store, keys, log_dir, log_dir / "checkpoints" / job_name_for(run_id_of(job)))
+
+
 class LocalControllerManager:
-    def __init__(self, store: Store, endpoints: str, log_root: Path, election: Election | None = None) -> None:
+    def __init__(
+        self,
+        store: Store,
+        endpoints: str,
+        log_root: Path,
+        election: Election | None = None,
+        process_cap: int | None = None,
+    ) -> None:
         self.store = store
         self.endpoints = endpoints
         self.log_root = log_root
         self.election = election or Election(store)
+        self.process_cap = process_cap
         self.controllers: dict[str, JobController] = {}
         self._acting_as: FencedStore | None = None
 
     def controller_for(self, job: ElasticJob, store: Store) -> JobController:
-        keys = JobKeys(job.metadata.namespace, job.metadata.name)
-        workers = LocalProcesses(store, keys, self.log_root / job.metadata.namespace / job.metadata.name)
-        return JobController(store, job, workers, self.endpoints)
+        workers = local_workers(store, job, self.log_root / job.metadata.namespace / job.metadata.name)
+        return JobController(store, job, workers, self.endpoints, self.process_cap)
 
     def step(self, on_status: Callable[[str, dict], None] | None = None) -> bool:
         """One election step, then, while leading, one step of every job. True when this controller acted."""
@@ -92,12 +110,21 @@ class LocalJobRunner:
     status until it is final, and takes over (adopting the workers) if the leader goes away.
     """
 
-    def __init__(self, store: Store, job: ElasticJob, endpoints: str, log_dir: Path, election: Election) -> None:
+    def __init__(
+        self,
+        store: Store,
+        job: ElasticJob,
+        endpoints: str,
+        log_dir: Path,
+        election: Election,
+        process_cap: int | None = None,
+    ) -> None:
         self.store = store
         self.job = job
         self.endpoints = endpoints
         self.log_dir = log_dir
         self.election = election
+        self.process_cap = process_cap
         self.keys = JobKeys(job.metadata.namespace, job.metadata.name)
         self.controller: JobController | None = None
         self.workers: LocalProcesses | None = None
@@ -110,8 +137,8 @@ class LocalJobRunner:
         if fenced is None:
             return self._shown_status()
         if self.controller is None:
-            self.workers = LocalProcesses(fenced, self.keys, self.log_dir)
-            self.controller = JobController(fenced, self.job, self.workers, self.endpoints)
+            self.workers = local_workers(fenced, self.job, self.log_dir)
+            self.controller = JobController(fenced, self.job, self.workers, self.endpoints, self.process_cap)
         try:
             return self.controller.step()
         except NotLeaderError as err:

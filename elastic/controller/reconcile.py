@@ -23,6 +23,8 @@ DEADLINE_EXCEEDED = "DeadlineExceeded"
 SUCCEEDED = "Succeeded"
 WORKER_EXITED = "WorkerExited"
 SCALE_DOWN = "ScaleDown"
+WORKER_START_FAILED = "WorkerStartFailed"
+TOO_MANY_PROCESSES = "TooManyLocalProcesses"
 
 
 @dataclass(frozen=True)
@@ -32,6 +34,7 @@ class Observed:
     workers: tuple[WorkerObservation, ...]
     started_at: float | None = None  # when the controller first saw the job (status.startTime)
     now: float = field(default_factory=time.time)
+    process_cap: int | None = None  # most training processes the workers may run together (local); None: no cap
 
 
 # --- actions ---
@@ -118,12 +121,32 @@ def reconcile(observed: Observed) -> list[ControllerAction]:
     running = [w for w in observed.workers if w.alive and not w.stopping]
     missing = desired - len(running) - len(finished)
     if missing > 0 and not finished:
+        too_many = capacity_problem(observed.job, len(running) + missing, observed.process_cap)
+        if too_many:
+            return [*actions, CloseJob(TOO_MANY_PROCESSES, too_many)]
         actions.append(StartWorkers(missing))
     elif len(running) > desired:
         for worker in _newest_first(running)[: len(running) - desired]:
             member = member_of(worker.name, state.members)
             actions.append(StopWorker(worker.name, SCALE_DOWN, member, current.number if current else None))
     return actions
+
+
+def capacity_problem(job: ElasticJob, workers: int, process_cap: int | None) -> str | None:
+    """Why `workers` workers of this job would be more training processes than the cap allows, or None.
+
+    Checked before a single worker starts, so a `maxReplicas: 1000000000` with `replicas` unset fails the
+    job with this message instead of forking until the machine gives up.
+    """
+    nproc = job.spec.nproc_per_node
+    if process_cap is None or workers * nproc <= process_cap:
+        return None
+    replicas = "spec.replicas" if job.spec.replicas is not None else "spec.maxReplicas (replicas is unset)"
+    return (
+        f"job {job.key} needs {workers} worker(s) x nprocPerNode {nproc} = {workers * nproc} training processes, "
+        f"more than the {process_cap} this machine runs (--max-local-processes, $ELASTIC_MAX_LOCAL_PROCESSES; "
+        f"default 4 per CPU); lower {replicas} or spec.nprocPerNode, or raise the cap"
+    )
 
 
 def _wind_down(observed: Observed) -> list[ControllerAction]:

@@ -13,6 +13,7 @@ import pytest
 from elastic.cluster.local import LocalProcesses
 from elastic.codec import CORRUPT_STATE
 from elastic.controller.loop import JobController
+from elastic.controller.manager import local_workers
 from elastic.controller.submit import list_jobs, submit_job
 from elastic.rendezvous.run import JobRun
 from elastic.spec import parse_job
@@ -61,7 +62,7 @@ def two_jobs(etcd_server: EtcdServer, tmp_path: Path):
         submitted = submit_job(store, job(name))
         keys = JobKeys("default", name)
         JobRun(store, keys).ensure_run(submitted.metadata.uid, 3, 60)
-        workers = LocalProcesses(store, keys, tmp_path / name)
+        workers = local_workers(store, submitted, tmp_path / name)
         controllers[name] = JobController(store, submitted, workers, etcd_server.client_url)
     yield store, controllers
     for name in ("victim", "bystander"):
@@ -77,7 +78,8 @@ def test_a_bad_key_marks_its_own_job_and_nothing_else(two_jobs, key: str, value:
     store.put(victim_keys.prefix + key, value)
 
     if key == "workers/w1":  # read when the local WorkerSet adopts: a bad record is skipped, not fatal
-        LocalProcesses(store, victim_keys, Path(controllers["victim"].workers.log_dir))
+        victim = controllers["victim"].workers
+        LocalProcesses(store, victim_keys, victim.log_dir, victim.checkpoint_dir)
         return
     if key == "status":  # the controller's own derived output: read as absent, rewritten, never fatal
         again = controllers["victim"]

@@ -58,7 +58,7 @@ def test_an_adopted_worker_exiting_3_is_classified_by_its_rule(etcd_server: Etcd
                  ENDPOINTS_ENV: etcd_server.client_url},
         )  # fmt: skip
         store.put_json(keys.worker(name), {"pid": agent.pid, "started_at": time.time(), "log": ""})
-        workers = LocalProcesses(store, keys, tmp_path)
+        workers = LocalProcesses(store, keys, tmp_path, tmp_path / "checkpoints")
         assert [w.alive for w in workers.observe()] == [True]
         agent.communicate(b"\n", timeout=30)
         assert wait_until(lambda: not workers.observe()[0].alive, 10)
@@ -97,7 +97,7 @@ def test_a_deposed_leader_leaves_no_worker_it_could_not_record(etcd_server: Etcd
         election = Election(store)
         fenced = election.lead()
         assert fenced is not None
-        workers = LocalProcesses(fenced, keys, tmp_path)
+        workers = LocalProcesses(fenced, keys, tmp_path, tmp_path / "checkpoints")
         store.revoke(election.read().lease)
         with pytest.raises(NotLeaderError):
             workers.start(WorkerLaunch("deposed-0001", ["sleep", "60"], {}))
