@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import time
 from typing import Any
 
+from elastic.cluster.local import MAX_PROCESSES_ENV, PROCESSES_PER_CPU, default_max_processes
+from elastic.policy.spec_warnings import spec_warnings
+from elastic.spec import ElasticJob
+from elastic.spec.model import INT32_MAX
 from elastic.store import EtcdAuth, Store
 from elastic.store.auth import ENV_VARS, FLAGS
 
@@ -28,6 +33,35 @@ def add_etcd_option(parser: argparse.ArgumentParser, required: bool = True) -> N
     for name, flag in FLAGS.items():
         note = "; prefer the variable: a command line is visible to every local user" if name == "password" else ""
         group.add_argument(flag, dest=f"etcd_{name}", default=None, help=f"default: ${ENV_VARS[name]}{note}")
+
+
+def _process_cap(text: str) -> int:
+    if not text.strip().isdigit() or not 1 <= int(text) <= INT32_MAX:
+        raise argparse.ArgumentTypeError(f"{text[:20]!r} is not a whole number from 1 to {INT32_MAX}")
+    return int(text)
+
+
+def add_process_cap_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--max-local-processes",
+        dest="process_cap",
+        type=_process_cap,
+        default=os.environ.get(MAX_PROCESSES_ENV) or None,
+        metavar="N",
+        help=f"most training processes (workers x nprocPerNode) run on this machine; a job that needs more "
+        f"fails with a clear message (default: ${MAX_PROCESSES_ENV}, else {PROCESSES_PER_CPU} per CPU, "
+        f"here {default_max_processes()})",
+    )
+
+
+def process_cap(args: argparse.Namespace) -> int:
+    return args.process_cap if args.process_cap is not None else default_max_processes()
+
+
+def print_spec_warnings(job: ElasticJob, source: object) -> None:
+    """Warnings are not errors: one `warning:` line each on stderr, and the command carries on."""
+    for line in spec_warnings(job):
+        print(f"warning: {source}: {line}", file=sys.stderr)
 
 
 def etcd_auth(args: argparse.Namespace) -> EtcdAuth:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import yaml
 
-from elastic.cli.common import add_etcd_option, connect
+from elastic.cli.common import add_etcd_option, connect, print_spec_warnings
 from elastic.codec import CORRUPT_STATE, CorruptValueError, decode_json_object, status_for_display
 from elastic.controller.submit import list_jobs, submit_job
 from elastic.errors import PermanentError
@@ -51,6 +51,7 @@ def register(verbs: argparse._SubParsersAction) -> None:
 
 def validate_job(args: argparse.Namespace) -> int:
     job = load_job(args.job_file)
+    print_spec_warnings(job, args.job_file)
     spec = job.spec
     print(f"{args.job_file}: valid ElasticJob {job.key} ({spec.min_replicas}..{spec.max_replicas} workers, "
           f"maxRestarts {spec.failure_policy.max_restarts})")
@@ -59,6 +60,7 @@ def validate_job(args: argparse.Namespace) -> int:
 
 def submit_cmd(args: argparse.Namespace) -> int:
     job = load_job(args.job_file)
+    print_spec_warnings(job, args.job_file)
     with connect(args) as store:
         job = submit_job(store, job)
     print(f"job {job.key} submitted (run {job.metadata.uid})")

@@ -9,10 +9,21 @@ import tempfile
 import time
 from pathlib import Path
 
-from elastic.cli.common import StatusPrinter, add_etcd_option, connect, format_status_line
+from elastic.cli.common import (
+    StatusPrinter,
+    add_etcd_option,
+    add_process_cap_option,
+    connect,
+    format_status_line,
+    print_spec_warnings,
+    process_cap,
+)
 from elastic.controller.election import Election
 from elastic.controller.manager import LocalControllerManager, LocalJobRunner
+from elastic.controller.reconcile import capacity_problem
 from elastic.controller.submit import submit_job
+from elastic.errors import PermanentError
+from elastic.policy.bounds import clamp_replicas
 from elastic.rendezvous.run import JobRun
 from elastic.rendezvous.state import Closed
 from elastic.spec import load_job
@@ -30,6 +41,7 @@ def register(verbs: argparse._SubParsersAction) -> None:
     run.add_argument("job_file", metavar="JOB.yaml", type=Path)
     add_etcd_option(run, required=False)
     run.add_argument("--log-dir", type=Path, default=None, help="where worker logs go (default: a temp dir)")
+    add_process_cap_option(run)
     run.set_defaults(run=run_job)
 
     controller = verbs.add_parser(
@@ -41,11 +53,17 @@ def register(verbs: argparse._SubParsersAction) -> None:
     add_etcd_option(controller)
     controller.add_argument("--backend", choices=["local", "kubernetes"], default="local")
     controller.add_argument("--log-dir", type=Path, default=Path(".elastic/logs"))
+    add_process_cap_option(controller)
     controller.set_defaults(run=run_controller)
 
 
 def run_job(args: argparse.Namespace) -> int:
     job = load_job(args.job_file)  # a SpecError here means nothing was started and nothing written
+    print_spec_warnings(job, args.job_file)
+    spec, cap = job.spec, process_cap(args)
+    too_many = capacity_problem(job, clamp_replicas(spec.replicas, spec.min_replicas, spec.max_replicas), cap)
+    if too_many:  # known before etcd starts: nothing is started or written
+        raise PermanentError(too_many)
     log_dir = args.log_dir or Path(tempfile.mkdtemp(prefix=f"elastic-{job.metadata.name}-"))
     server = None
     if args.etcd is None:
@@ -61,7 +79,7 @@ def run_job(args: argparse.Namespace) -> int:
         print(f"job {job.key} submitted (run {job.metadata.uid}); worker logs in {log_dir}", flush=True)
         # One acting controller per etcd: if an `elastic controller` leads, it runs the job and we follow.
         election = Election(store, role="run", on_change=lambda line: print(line, flush=True))
-        runner = LocalJobRunner(store, job, endpoints, log_dir, election)
+        runner = LocalJobRunner(store, job, endpoints, log_dir, election, cap)
         status = runner.run_until_done(StatusPrinter())
     except KeyboardInterrupt:
         run = JobRun(store, keys)
@@ -90,7 +108,11 @@ def run_controller(args: argparse.Namespace) -> int:
 
         return run_kubernetes_controller(store, args.etcd)
     manager = LocalControllerManager(
-        store, args.etcd, args.log_dir, Election(store, on_change=lambda line: print(line, flush=True))
+        store,
+        args.etcd,
+        args.log_dir,
+        Election(store, on_change=lambda line: print(line, flush=True)),
+        process_cap(args),
     )
     printers: dict[str, StatusPrinter] = {}
 

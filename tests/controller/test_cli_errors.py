@@ -141,3 +141,39 @@ def test_a_corrupt_key_is_shown_never_a_traceback(key, value, verb, submitted, e
         assert code == 0 and "CorruptState" in out and full_key in out, out
     else:
         assert code == 1 and err.count("\n") == 1 and full_key in err, err
+
+
+@pytest.mark.parametrize("verb", ["validate", "submit"])
+def test_replicas_outside_the_bounds_is_a_warning_naming_the_clamped_value(verb, tmp_path, etcd_server, capsys) -> None:
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(broken("spec.replicas", 0)))
+    argv = [verb, str(path)] + (["--etcd", etcd_server.client_url] if verb == "submit" else [])
+    try:
+        assert main(argv) == 0, "a warning is not an error"
+        out, err = capsys.readouterr()
+        assert err == f"warning: {path}: spec.replicas: 0 is below minReplicas; the job runs 1 worker(s) " \
+                      "(clamped into [1, 2])\n", err
+        assert "bad" in out
+    finally:
+        with Store(etcd_server.client_url) as store:
+            store.delete_prefix("/elastic/jobs/default/bad/")
+
+
+def test_run_refuses_more_processes_than_the_machine_takes_before_starting_anything(tmp_path, capsys) -> None:
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(broken("spec.maxReplicas", 1_000_000_000)))
+    started = time.monotonic()
+    code = main(["run", str(path), "--max-local-processes", "8", "--log-dir", str(tmp_path / "logs")])
+    err = capsys.readouterr().err
+    assert code == 1 and time.monotonic() - started < 2, "refused before a managed etcd is even started"
+    assert err.count("\n") == 1 and "1000000000 training processes, more than the 8" in err, err
+    assert "spec.maxReplicas (replicas is unset)" in err and "--max-local-processes" in err, err
+    assert not (tmp_path / "logs").exists()
+
+
+def test_a_bad_process_cap_is_a_usage_error(tmp_path, capsys, monkeypatch) -> None:
+    monkeypatch.setenv("ELASTIC_MAX_LOCAL_PROCESSES", "lots")
+    with pytest.raises(SystemExit) as exited:
+        main(["run", "examples/elasticjob.yaml"])
+    assert exited.value.code == 2
+    assert "--max-local-processes: 'lots' is not a whole number" in capsys.readouterr().err
