@@ -20,6 +20,7 @@ from pydantic_core import ErrorDetails
 from elastic.errors import PermanentError
 from elastic.spec.excerpt import cut, show
 from elastic.spec.model import ElasticJob
+from elastic.spec.process_text import text_problem
 
 _PLAIN_KEY = re.compile(r"[A-Za-z0-9_-]+")
 # A document with thousands of bad items gets the first ones and a count, not thousands of lines.
@@ -199,6 +200,8 @@ def _describe(detail: ErrorDetails) -> str:
     if kind == "too_short":
         need = ctx.get("min_length", 1)
         return f"{path}: {show(value)} is empty; give at least {need} item{'s' if need != 1 else ''}"
+    if kind == "string_unicode" and isinstance(value, str):  # a lone surrogate, met by pydantic's own check
+        return f"{path}: {text_problem(value) or 'is not valid Unicode text; remove the odd character'}"
     if kind == "string_too_short":
         return f"{path}: {show(value)} is empty; write a non-empty string or remove the entry"
     if kind == "string_too_long":
