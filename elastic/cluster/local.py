@@ -27,7 +27,7 @@ from elastic.cluster.base import WorkerLaunch, WorkerObservation, WorkerStartErr
 from elastic.cluster.processes import descendants_of, is_worker
 from elastic.codec import CorruptValueError, WorkerExitRecord, WorkerRecord, decode_model
 from elastic.errors import ElasticError
-from elastic.store import Delete, JobKeys, Store
+from elastic.store import Delete, EtcdAuth, JobKeys, Store
 
 log = logging.getLogger(__name__)
 
@@ -253,7 +253,8 @@ def record_own_exit(code: int) -> None:
     if not key or not endpoints:
         return  # not started as a local worker
     try:
-        with Store(endpoints, retry_seconds=3, timeout=2) as store:
+        # The same TLS/auth settings as the agent's rendezvous: the controller passed them in the environment.
+        with Store(endpoints, retry_seconds=3, timeout=2, auth=EtcdAuth.from_env()) as store:
             store.put_json(key, {"exit_code": code, "pid": os.getpid(), "at": time.time()})
     except ElasticError as err:
         log.warning("could not record exit code %d at %s: %s", code, key, err)

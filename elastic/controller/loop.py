@@ -180,7 +180,7 @@ class JobController:
                     )
                 )
             except WorkerStartError as err:
-                log.warning("%s: %s", self.job.key, err)
+                log.info("%s: %s", self.job.key, err)  # the job's status says it; no second line on stderr
                 self.run.close(self.run.read(), Closed(WORKER_START_FAILED, str(err), time.time()))
                 return
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -10,6 +13,7 @@ from torch.distributed.elastic.rendezvous import RendezvousParameters
 
 from elastic.cli.common import connect, etcd_auth
 from elastic.cli.main import build_parser
+from elastic.cluster.local import ENDPOINTS_ENV, EXIT_KEY_ENV
 from elastic.controller.launch import agent_command, agent_env
 from elastic.rendezvous.config import RendezvousConfig
 from elastic.rendezvous.run import JobRun
@@ -147,3 +151,16 @@ def test_credentials_in_an_endpoint_url_are_refused() -> None:
     with pytest.raises(ValueError, match="not in the URL") as caught:
         Store("https://u:s3cret@h:2379")
     assert "s3cret" not in str(caught.value)
+
+
+def test_an_agent_records_its_exit_code_with_the_settings_from_its_environment(
+    secure_etcd: EtcdServer, certificates: Certificates, job_a_user: str
+) -> None:
+    auth = certificates.client_auth(user=job_a_user, password=PASSWORD_A)
+    key = JOB_A.worker_exit("job-a-0001")
+    program = "from elastic.cluster.local import exit_recorded\nwith exit_recorded():\n    raise SystemExit(3)\n"
+    env = {**os.environ, **auth.env(), EXIT_KEY_ENV: key, ENDPOINTS_ENV: secure_etcd.client_url}
+    finished = subprocess.run([sys.executable, "-c", program], env=env, capture_output=True, text=True, timeout=60)
+    assert finished.returncode == 3 and "could not record" not in finished.stderr, finished.stderr
+    with Store(secure_etcd.client_url, auth=auth) as store:
+        assert store.get_json(key)["exit_code"] == 3
