@@ -134,3 +134,25 @@ def test_final_phase_follows_the_closed_reason(closed, phase) -> None:
     state = JobState(**{**RUNNING.__dict__, "closed": closed})
     status = job_status(observed(state=state), None, None)
     assert (status["phase"], status["reason"]) == (phase, closed.reason) and "completionTime" in status
+
+
+CAPACITY = [
+    pytest.param({}, None, (), "start", id="no cap (pods elsewhere): start what is missing"),
+    pytest.param({}, 2, (), "start", id="two workers of one process fit a cap of 2"),
+    pytest.param({}, 1, (), "close", id="two workers do not fit a cap of 1: fail before starting one"),
+    pytest.param({"nprocPerNode": 4}, 7, (), "close", id="nprocPerNode counts: 2 x 4 is over 7"),
+    pytest.param({"replicas": 3}, 2, (alive("w1"), alive("w2")), "close",
+                 id="scaling a running job past the cap fails it instead of starting the third"),
+    pytest.param({"replicas": 2}, 2, (alive("w1"), alive("w2")), "none", id="a job at its size asks nothing"),
+    pytest.param({"maxReplicas": 1_000_000_000, "replicas": None}, 8, (), "close",
+                 id="maxReplicas 10^9 with replicas unset fails at once"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("spec", "cap", "workers", "expected"), CAPACITY)
+def test_the_local_process_cap_is_checked_before_any_worker_starts(spec, cap, workers, expected) -> None:
+    actions = reconcile(Observed(job(**spec), RUNNING, workers, process_cap=cap))
+    kinds = {"start": [StartWorkers], "close": [CloseJob], "none": []}[expected]
+    assert [type(a) for a in actions] == kinds, actions
+    if expected == "close":
+        assert actions[0].reason == "TooManyLocalProcesses" and f"more than the {cap}" in actions[0].message
