@@ -22,7 +22,7 @@ import time
 from datetime import datetime
 from typing import Any
 
-from kubernetes.client import ApiException, CoreV1Api, V1Pod
+from kubernetes.client import ApiException, CoreV1Api
 
 from elastic.cluster.base import WorkerLaunch, WorkerObservation
 from elastic.spec import ElasticJob
@@ -183,7 +183,7 @@ class KubernetesWorkers:
     def start(self, launch: WorkerLaunch) -> None:
         self._incarnation += 1
         body = pod_manifest(self.job, self.namespace, launch, self._incarnation)
-        self.api.create_namespaced_pod(self.namespace, V1Pod.from_dict(body), _preload_content=False)
+        self.api.create_namespaced_pod(self.namespace, body, _preload_content=False)
         self._known[launch.name] = time.time()
         self._forgotten.discard(launch.name)
         log.info("created pod %s/%s (incarnation %d)", self.namespace, launch.name, self._incarnation)

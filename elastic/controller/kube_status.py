@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from kubernetes.client import ApiException, CoreV1Api, CoreV1Event, CustomObjectsApi
+from kubernetes.client import ApiException, CoreV1Api, CustomObjectsApi
 
 from elastic.cluster.kubernetes import job_selector
 from elastic.controller.status import FAILED, RESTARTING
@@ -85,10 +85,9 @@ class KubeStatus:
         meta = self.job.metadata
         body = {"status": {**status, "selector": job_selector(meta.name)}}
         try:
-            self.custom.patch_namespaced_custom_object_status(
-                GROUP, VERSION, meta.namespace, PLURAL, meta.name, body,
-                _content_type="application/merge-patch+json",
-            )  # fmt: skip
+            # A merge patch: the client's default for a custom object's status in every version >= 29 (the
+            # `_content_type` override exists only from 36 on).
+            self.custom.patch_namespaced_custom_object_status(GROUP, VERSION, meta.namespace, PLURAL, meta.name, body)
         except ApiException as err:
             if err.status != 404:
                 raise
@@ -113,14 +112,14 @@ class KubeStatus:
             "type": event.type,
             "reason": event.reason,
             "message": event.message,
-            "firstTimestamp": now,
-            "lastTimestamp": now,
+            "firstTimestamp": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "lastTimestamp": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
             "count": 1,
             "source": {"component": COMPONENT},
             "reportingComponent": f"{GROUP}/controller",
             "reportingInstance": self.instance,
         }
         try:
-            self.core.create_namespaced_event(meta.namespace, CoreV1Event.from_dict(body), _preload_content=False)
+            self.core.create_namespaced_event(meta.namespace, body, _preload_content=False)
         except ApiException as err:  # events are best effort: never stop reconciling for one
             log.warning("event %s for %s not written: %s", event.reason, self.job.key, err.reason)

@@ -221,8 +221,7 @@ class FakeApiServer:
         self.scale_paths = crd["spec"]["versions"][0]["subresources"]["scale"]
         self._stopped = False
         handler = type("Handler", (_Handler,), {"fake": self})
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        self.httpd.daemon_threads = True
+        self.httpd = _Server(("127.0.0.1", 0), handler)
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
 
     @property
@@ -582,7 +581,7 @@ class FakeApiServer:
         if not match or (match["group"] or "", match["res"]) not in KINDS:
             raise ApiError(404, "NotFound", f"the server could not find the requested resource ({path})")
         group, resource, ns, name, sub = match["group"] or "", match["res"], match["ns"], match["name"], match["sub"]
-        watching = query.get("watch", ["false"])[0] in ("true", "1")
+        watching = query.get("watch", ["false"])[0].lower() in ("true", "1")
         verb = {"GET": "get" if name else ("watch" if watching else "list"), "POST": "create", "PUT": "update",
                 "PATCH": "patch", "DELETE": "delete"}[method]  # fmt: skip
         rbac_resource = f"{resource}/{sub}" if sub else resource
@@ -708,7 +707,7 @@ class FakeApiServer:
         """
         label_selector = query.get("labelSelector", [""])[0]
         field_selector = query.get("fieldSelector", [""])[0]
-        bookmarks = query.get("allowWatchBookmarks", ["false"])[0] in ("true", "1")
+        bookmarks = query.get("allowWatchBookmarks", ["false"])[0].lower() in ("true", "1")
         deadline = time.monotonic() + float(query.get("timeoutSeconds", ["60"])[0])
         start = query.get("resourceVersion", [""])[0]
         kind = KINDS[(group, resource)]
@@ -763,8 +762,16 @@ def _nested(obj: Any, path: list[str]) -> Any:
     return obj
 
 
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that hangs up on a kept-alive connection or a watch is no error of the server's."""
+
+
 class _Handler(BaseHTTPRequestHandler):
     fake: FakeApiServer
+    protocol_version = "HTTP/1.1"  # keep-alive, and chunked watch streams
 
     def log_message(self, *args: Any) -> None:
         pass
@@ -781,7 +788,7 @@ class _Handler(BaseHTTPRequestHandler):
             code = 201 if self.command == "POST" else 200
         except ApiError as err:
             result, code = err.status(), err.code
-        if self.command == "GET" and code == 200 and query.get("watch", ["false"])[0] in ("true", "1"):
+        if self.command == "GET" and code == 200 and query.get("watch", ["false"])[0].lower() in ("true", "1"):
             self._stream(url.path, query)
             return
         data = json.dumps(result).encode()
@@ -792,18 +799,22 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(data)
 
     def _stream(self, path: str, query: dict[str, list[str]]) -> None:
-        """A watch: one JSON event per line until the server ends the stream (HTTP/1.0: close = end)."""
+        """A watch: one JSON event per line, in HTTP/1.1 chunks as kube-apiserver sends them (older clients
+        read a watch with `read_chunked` and see nothing of a plain stream)."""
         match = PATH.match(path)
         assert match is not None
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
+        self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
         try:
             for event in self.fake.watch(match["group"] or "", match["res"], match["ns"], query):
-                self.wfile.write(json.dumps(event).encode() + b"\n")
+                line = json.dumps(event).encode() + b"\n"
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(line), line))
                 self.wfile.flush()
+            self.wfile.write(b"0\r\n\r\n")
         except (BrokenPipeError, ConnectionResetError):
-            pass
+            self.close_connection = True
 
     do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _serve
 
