@@ -6,7 +6,7 @@ import argparse
 import os
 import signal
 
-from elastic.cli.common import add_etcd_option, connect
+from elastic.cli.common import add_etcd_option, connect, whole_number
 from elastic.cluster.processes import children_of, is_worker
 from elastic.codec import decode_worker
 from elastic.errors import PermanentError
@@ -20,7 +20,7 @@ def register(verbs: argparse._SubParsersAction) -> None:
     kill.add_argument("job", help="namespace/name or name")
     kill.add_argument("--worker", help="worker name (default: the first one)")
     kill.add_argument("--training", action="store_true", help="kill one training process, not the agent")
-    kill.add_argument("--signal", type=int, default=int(signal.SIGKILL))
+    kill.add_argument("--signal", type=whole_number(1, max(signal.valid_signals())), default=int(signal.SIGKILL))
     add_etcd_option(kill)
     kill.set_defaults(run=kill_cmd)
 

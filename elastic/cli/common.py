@@ -6,6 +6,7 @@ import argparse
 import os
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 from elastic.cluster.local import MAX_PROCESSES_ENV, PROCESSES_PER_CPU, default_max_processes
@@ -35,17 +36,23 @@ def add_etcd_option(parser: argparse.ArgumentParser, required: bool = True) -> N
         group.add_argument(flag, dest=f"etcd_{name}", default=None, help=f"default: ${ENV_VARS[name]}{note}")
 
 
-def _process_cap(text: str) -> int:
-    if not text.strip().isdigit() or not 1 <= int(text) <= INT32_MAX:
-        raise argparse.ArgumentTypeError(f"{text[:20]!r} is not a whole number from 1 to {INT32_MAX}")
-    return int(text)
+def whole_number(low: int, high: int) -> Callable[[str], int]:
+    """An argparse type: a whole number in [low, high], else one usage line naming the range (a port of
+    99999 or a signal of 1000 would otherwise fail later, as a traceback from the OS)."""
+
+    def parse(text: str) -> int:
+        if not text.strip().isdigit() or not low <= int(text) <= high:
+            raise argparse.ArgumentTypeError(f"{text[:20]!r} is not a whole number from {low} to {high}")
+        return int(text)
+
+    return parse
 
 
 def add_process_cap_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--max-local-processes",
         dest="process_cap",
-        type=_process_cap,
+        type=whole_number(1, INT32_MAX),
         default=os.environ.get(MAX_PROCESSES_ENV) or None,
         metavar="N",
         help=f"most training processes (workers x nprocPerNode) run on this machine; a job that needs more "

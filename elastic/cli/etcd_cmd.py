@@ -7,6 +7,7 @@ import signal
 import threading
 from pathlib import Path
 
+from elastic.cli.common import whole_number
 from elastic.store.server import EtcdServer
 
 
@@ -16,7 +17,7 @@ def register(verbs: argparse._SubParsersAction) -> None:
         help="run a local etcd (v3 API only) in the foreground",
         description="Start a single-member etcd on loopback, print its client URL, stop it on Ctrl-C.",
     )
-    parser.add_argument("--port", type=int, default=None, help="client port (default: a free one)")
+    parser.add_argument("--port", type=whole_number(1, 65535), default=None, help="client port (default: a free one)")
     parser.add_argument("--data-dir", type=Path, default=None, help="data directory (default: a temporary one)")
     parser.set_defaults(run=run)
 

@@ -177,3 +177,19 @@ def test_a_bad_process_cap_is_a_usage_error(tmp_path, capsys, monkeypatch) -> No
         main(["run", "examples/elasticjob.yaml"])
     assert exited.value.code == 2
     assert "--max-local-processes: 'lots' is not a whole number" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["etcd", "--port", "99999"], "--port: '99999' is not a whole number from 1 to 65535"),
+        (["chaos", "kill", "j", "--signal", "99999"], "--signal: '99999' is not a whole number from 1 to"),
+        (["chaos", "kill", "j", "--signal", "-9"], "--signal: '-9' is not a whole number from 1 to"),
+        (["run", "x.yaml", "--max-local-processes", "0"], "--max-local-processes: '0' is not a whole number"),
+    ],
+)
+def test_a_number_the_os_would_refuse_is_a_usage_line(argv: list[str], expected: str, capsys) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    err = capsys.readouterr().err
+    assert exited.value.code == 2 and expected in err and "Traceback" not in err, err
