@@ -76,14 +76,19 @@ class KubeStatus:
         self.core = core_api
         self.job = job
         self.last = previous
+        self.generation = (previous or {}).get("observedGeneration")
         self.instance = instance
 
-    def publish(self, status: dict[str, Any]) -> bool:
-        """Write `status` if it changed since the last publish; True when something was written."""
-        if status == self.last:
+    def publish(self, status: dict[str, Any], generation: int | None = None) -> bool:
+        """Write `status` if it changed since the last publish; True when something was written.
+
+        `generation`: the object's metadata.generation the controller acted on, as observedGeneration.
+        """
+        if status == self.last and generation == self.generation:
             return False
         meta = self.job.metadata
-        body = {"status": {**status, "selector": job_selector(meta.name)}}
+        observed = {"observedGeneration": generation} if generation is not None else {}
+        body = {"status": {**status, "selector": job_selector(meta.name), **observed}}
         try:
             # A merge patch: the client's default for a custom object's status in every version >= 29 (the
             # `_content_type` override exists only from 36 on).
@@ -94,7 +99,7 @@ class KubeStatus:
             log.warning("ElasticJob %s is gone; its status was not written", self.job.key)
         for event in events_for(self.last, status):
             self.emit(event)
-        self.last = status
+        self.last, self.generation = status, generation
         return True
 
     def emit(self, event: JobEvent) -> None:

@@ -33,9 +33,9 @@ _TIME = {"type": "string", "format": "date-time"}
 STATUS_SCHEMA: dict[str, Any] = {
     "type": "object",
     "description": "Written by the controller through the status subresource; the same fields as the status "
-    "key in etcd.",
-    _PRESERVE: True,
+    "key in etcd. Every field is declared: the API server prunes what a structural schema does not name.",
     "properties": {
+        "observedGeneration": {"type": "integer", "description": "metadata.generation this status reflects."},
         "phase": {"type": "string", "description": "Pending, Running, Restarting, Succeeded or Failed."},
         "reason": {"type": "string", "description": "Why the job is in its phase, e.g. BackoffLimitExceeded."},
         "message": {"type": "string"},
@@ -75,12 +75,28 @@ STATUS_SCHEMA: dict[str, Any] = {
         "restartsText": {"type": "string", "description": 'used/max for kubectl, e.g. "1/3".'},
         "lastFailure": {
             "type": "object",
+            "description": "The last charge against the budget.",
             "properties": {
-                "worker": {"type": "string"},
+                "worker": {"type": "string", "nullable": True},
                 "exitCode": {"type": "integer", "nullable": True},
                 "reason": {"type": "string"},
+                "cause": {"type": "string", "description": "The first cause, in words (exit code, signal, reason)."},
                 "round": {"type": "integer"},
             },
+        },
+        "progress": {
+            "type": "object",
+            "description": "What rank 0 last reported.",
+            "properties": {
+                "step": {"type": "integer"},
+                "loss": {"type": "number"},
+                "world_size": {"type": "integer"},
+            },
+        },
+        "corrupt": {
+            "type": "object",
+            "description": "A key of the job that does not decode (with the CorruptState condition).",
+            "properties": {"key": {"type": "string"}, "problem": {"type": "string"}},
         },
         "selector": {
             "type": "string",

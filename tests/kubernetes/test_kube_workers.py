@@ -299,3 +299,16 @@ def test_success_deletes_the_pods(harness) -> None:
     h.workers.finish()  # the job is done: what is left (the succeeded pod) goes
     assert h.pods() == [] and (first, 0) in h.fake.deletions
     assert h.kube_job()["status"]["phase"] == "Succeeded" and h.reasons()[-1] == "Succeeded"
+
+
+def test_the_status_written_survives_the_api_servers_pruning(harness) -> None:
+    """Structural pruning drops what the CRD does not declare: every field the controller writes is declared."""
+    h = harness()
+    _, second = h.start_training()
+    h.store.put_json(h.keys.progress, {"step": 7, "loss": 0.25, "world_size": 2})
+    h.fake.set_pod(second, "Failed", 137)
+    written = h.step()
+    assert written["lastFailure"]["cause"] and written["progress"]["step"] == 7
+    h.kube_status.publish(written, generation=1)
+    stored = h.kube_job()["status"]
+    assert stored == {**written, "selector": f"elastic.dev/job={h.name}", "observedGeneration": 1}
