@@ -122,6 +122,11 @@ class SuccessPolicy(str, Enum):
     RANK0 = "Rank0"
 
 
+# Failure rules and the reasons of one rule: far more than any job needs, few enough that every CEL rule
+# evaluated per rule has a small bounded cost.
+MAX_RULE_ITEMS = 32
+
+
 class RuleAction(str, Enum):
     """What a matching failure rule does. `elastic.policy.exits.Action` carries the same values."""
 
@@ -212,7 +217,9 @@ class ExitCodes(_Model):
     )
 
     operator: ExitCodeOperator
-    values: list[Annotated[int, Strict(), Field(ge=0, le=255)]] = Field(min_length=1)
+    # Bounded so that the CEL rule above has a bounded cost: the API server refuses a CRD whose rules it
+    # cannot bound (tests/spec/test_cel_cost.py estimates it as the server does, conservatively).
+    values: list[Annotated[int, Strict(), Field(ge=0, le=255)]] = Field(min_length=1, max_length=256)
 
     @model_validator(mode="after")
     def _zero_is_not_a_failure(self) -> "ExitCodes":
@@ -239,7 +246,10 @@ class Rule(_Model):
     action: RuleAction
     on_exit_codes: ExitCodes | None = None
     on_reasons: list[NonEmptyStr] | None = Field(
-        default=None, min_length=1, description="e.g. Evicted, Preempted, OOMKilled, NodeLost."
+        default=None,
+        min_length=1,
+        max_length=MAX_RULE_ITEMS,
+        description="e.g. Evicted, Preempted, OOMKilled, NodeLost.",
     )
 
     @model_validator(mode="after")
@@ -256,7 +266,7 @@ class FailurePolicy(_Model):
     """The job-level retry budget and the rules that decide which exits spend it (DESIGN §3.2-3.5)."""
 
     max_restarts: Int32 = Field(default=3, ge=0, description="Failure-caused round transitions the job may take.")
-    rules: list[Rule] = Field(default_factory=list)
+    rules: list[Rule] = Field(default_factory=list, max_length=MAX_RULE_ITEMS)
 
 
 class ElasticJobSpec(_Model):
