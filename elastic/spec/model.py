@@ -30,7 +30,7 @@ from pydantic_core import PydanticCustomError
 
 from elastic.spec.excerpt import show
 from elastic.spec.labels import label_value_problem, qualified_name_problem
-from elastic.spec.names import label_problem
+from elastic.spec.names import job_name_problem, label_problem
 from elastic.spec.process_text import env_name_problem, text_problem
 
 API_VERSION = "elastic.dev/v1alpha1"
@@ -90,6 +90,7 @@ def _endpoint(value: str) -> str:
 
 
 DNSLabel = Annotated[str, _checked(label_problem)]
+JobName = Annotated[str, _checked(job_name_problem)]
 Endpoint = Annotated[str, AfterValidator(_endpoint)]
 # What reaches a worker process's argv, environment or working directory (see process_text.py).
 ProcessText = Annotated[str, _checked(text_problem)]
@@ -143,7 +144,10 @@ class ExitCodeOperator(str, Enum):
 class ObjectMeta(_Model):
     """The part of Kubernetes' ObjectMeta that identifies a job and that users write by hand."""
 
-    name: DNSLabel = Field(description="Job name (DNS-1123 label); unique within its namespace.")
+    name: JobName = Field(
+        description="Job name (DNS-1123 label, at most 58 characters: its workers' pod names add 5); unique "
+        "within its namespace."
+    )
     namespace: DNSLabel = "default"
     labels: dict[QualifiedName, LabelValue] = Field(default_factory=dict)
     annotations: dict[QualifiedName, str] = Field(default_factory=dict)

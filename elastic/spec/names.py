@@ -14,6 +14,7 @@ from elastic.spec.excerpt import show
 
 DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 DNS1123_LABEL_MAX = 63
+JOB_NAME_MAX = DNS1123_LABEL_MAX - len("-0000")  # 58: see job_name_problem
 DEFAULT_NAMESPACE = "default"
 _JOB_FORMS = "expected 'namespace/name' or 'name'"
 
@@ -29,14 +30,23 @@ def to_label(text: str) -> str:
     return re.sub(r"[^a-z0-9-]+", "-", text[: 4 * DNS1123_LABEL_MAX].lower()).strip("-")[:DNS1123_LABEL_MAX].strip("-")
 
 
-def label_problem(value: str) -> str | None:
-    """None for a valid label, else what is wrong and a corrected suggestion, in one line."""
-    if len(value) <= DNS1123_LABEL_MAX and DNS1123_LABEL.fullmatch(value):
+def label_problem(value: str, limit: int = DNS1123_LABEL_MAX) -> str | None:
+    """None for a valid label of at most `limit` characters, else what is wrong and a suggestion, in one line."""
+    if len(value) <= limit and DNS1123_LABEL.fullmatch(value):
         return None
     return (
-        f"{show(value)} is not a DNS-1123 label; use at most {DNS1123_LABEL_MAX} lowercase letters, digits "
-        f"and '-', starting and ending with a letter or digit, e.g. {to_label(value) or 'my-job'!r}"
+        f"{show(value)} is not a DNS-1123 label of at most {limit} characters; use lowercase letters, digits "
+        f"and '-', starting and ending with a letter or digit, e.g. {to_label(value)[:limit].strip('-') or 'my-job'!r}"
     )
+
+
+def job_name_problem(value: str) -> str | None:
+    """A spec's `metadata.name`: a label short enough that every name derived from it is one too.
+
+    Each worker is named `<job>-<4 hex digits>`, and on Kubernetes that is its pod's name and the value of
+    its `elastic.dev/worker` label, which may not pass 63 characters (the API server answers 422).
+    """
+    return label_problem(value, JOB_NAME_MAX)
 
 
 def split_job_name(job: str) -> tuple[str, str]:

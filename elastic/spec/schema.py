@@ -13,7 +13,7 @@ import copy
 from typing import Any
 
 from elastic.spec.model import ElasticJob
-from elastic.spec.names import DNS1123_LABEL, DNS1123_LABEL_MAX
+from elastic.spec.names import DNS1123_LABEL, JOB_NAME_MAX
 
 _PRESERVE = "x-kubernetes-preserve-unknown-fields"
 _DROPPED = ("title",)
@@ -39,7 +39,7 @@ def openapi_v3_schema(*, reject_unknown_fields: bool = False) -> dict[str, Any]:
     properties["metadata"] = {
         "type": "object",
         "properties": {
-            "name": {"type": "string", "maxLength": DNS1123_LABEL_MAX, "pattern": f"^{DNS1123_LABEL.pattern}$"}
+            "name": {"type": "string", "maxLength": JOB_NAME_MAX, "pattern": f"^{DNS1123_LABEL.pattern}$"}
         },
     }
     properties["status"] = {"type": "object", _PRESERVE: True}

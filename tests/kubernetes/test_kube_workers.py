@@ -312,3 +312,13 @@ def test_the_status_written_survives_the_api_servers_pruning(harness) -> None:
     h.kube_status.publish(written, generation=1)
     stored = h.kube_job()["status"]
     assert stored == {**written, "selector": f"elastic.dev/job={h.name}", "observedGeneration": 1}
+
+
+def test_a_job_name_at_the_length_limit_gives_pods_the_api_server_accepts(fake, core) -> None:
+    longest = "a" * 58  # metadata.name's limit: a worker is '<job>-<4 hex>' and that is a label value too
+    fake.add_job(job_doc(longest))
+    KubernetesWorkers(core, parse_job(job_doc(longest))).start(WorkerLaunch(f"{longest}-ffff", ["python"], {}))
+    assert (longest + "-ffff") in fake.pods_of(longest)
+    with pytest.raises(client.ApiException) as refused:  # one character more: the pod is refused (422)
+        KubernetesWorkers(core, parse_job(job_doc(longest))).start(WorkerLaunch(f"{longest}b-ffff", ["python"], {}))
+    assert refused.value.status == 422

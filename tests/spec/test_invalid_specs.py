@@ -57,9 +57,15 @@ CASES = [
     ),
     pytest.param(
         edited(metadata__name="Train_Job"),
-        "metadata.name: 'Train_Job' is not a DNS-1123 label; use at most 63 lowercase letters, digits and "
-        "'-', starting and ending with a letter or digit, e.g. 'train-job'",
+        "metadata.name: 'Train_Job' is not a DNS-1123 label of at most 58 characters; use lowercase letters, "
+        "digits and '-', starting and ending with a letter or digit, e.g. 'train-job'",
         id="an upper-case name is rejected with a corrected suggestion",
+    ),
+    pytest.param(
+        edited(metadata__name="a" * 59),
+        f"metadata.name: '{'a' * 56}... is not a DNS-1123 label of at most 58 characters; use lowercase letters, "
+        f"digits and '-', starting and ending with a letter or digit, e.g. '{'a' * 58}'",
+        id="a name too long for its workers' pod names is rejected",
     ),
     pytest.param(
         edited(metadata__labels={"version": 2}),

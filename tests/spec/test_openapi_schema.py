@@ -76,7 +76,7 @@ def test_metadata_restricts_only_the_name() -> None:
     metadata = openapi_v3_schema()["properties"]["metadata"]
     assert metadata == {
         "type": "object",
-        "properties": {"name": {"type": "string", "maxLength": 63, "pattern": "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"}},
+        "properties": {"name": {"type": "string", "maxLength": 58, "pattern": "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"}},
     }
 
 
