@@ -9,7 +9,16 @@ collected, deleted by hand) is reported as ended with reason NodeLost and no exi
 A controller restarted (or a new leader) adopts the pods it finds: their names, start times and
 incarnations live in the pods' own labels, so nothing needs to be remembered between controllers.
 
-Only the verbs in manifests/rbac.yaml are used: pods create/list/delete. A pod is never changed in place.
+Every pod carries a tracking finalizer (as the Job controller's pods do): a drain, an API eviction or a
+preemption deletes the pod, and without the finalizer it could vanish between two observations and be
+taken for a lost node (charged). With it, the pod stays, terminal and marked for deletion, until its end
+was observed and handled (`forget`), so a DisruptionTarget is seen as one and is free by default. A pod
+whose node stopped reporting (phase Unknown) is deleted gracefully, never forced: its container may still
+run. Worker pods get no service-account token and a security context that drops every capability, forbids
+privilege escalation and uses the runtime's default seccomp profile.
+
+Only the verbs in manifests/rbac.yaml are used: pods create/list/delete/patch (patch only takes the
+tracking finalizer off).
 """
 
 from __future__ import annotations
@@ -35,6 +44,15 @@ JOB_LABEL = "elastic.dev/job"
 WORKER_LABEL = "elastic.dev/worker"
 INCARNATION_LABEL = "elastic.dev/incarnation"
 NODE_LOST = "NodeLost"
+TRACKING_FINALIZER = "elastic.dev/worker-tracking"
+TERMINAL_PHASES = ("Succeeded", "Failed")
+# What the `restricted` Pod Security Standard asks of a container, less runAsNonRoot: many training images
+# run as root, and a pod that cannot start is worse than one a restricted namespace refuses with a reason.
+CONTAINER_SECURITY = {
+    "allowPrivilegeEscalation": False,
+    "capabilities": {"drop": ["ALL"]},
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
 # DisruptionTarget condition reasons that mean the node went away rather than a preemption or eviction.
 _NODE_GONE_DISRUPTIONS = {"DeletionByTaintManager", "DeletionByPodGC"}
 _NODE_LOST_POD_REASONS = {"NodeLost", "UnexpectedAdmissionError"}
@@ -78,6 +96,7 @@ def pod_manifest(job: ElasticJob, namespace: str, launch: WorkerLaunch, incarnat
         "image": worker.image,
         "command": pod_command(launch.command),
         "env": env,
+        "securityContext": dict(CONTAINER_SECURITY),
     }
     if worker.resources:
         container["resources"] = worker.resources
@@ -95,10 +114,12 @@ def pod_manifest(job: ElasticJob, namespace: str, launch: WorkerLaunch, incarnat
                 INCARNATION_LABEL: str(incarnation),
             },
             "ownerReferences": [owner_reference(job)],
+            "finalizers": [TRACKING_FINALIZER],
         },
         "spec": {
             "restartPolicy": "Never",
             "terminationGracePeriodSeconds": STOP_GRACE_SECONDS,
+            "automountServiceAccountToken": False,
             "containers": [container],
         },
     }
@@ -140,7 +161,8 @@ def observe_pod(pod: dict[str, Any], stopping: bool) -> WorkerObservation:
     name = metadata.get("labels", {}).get(WORKER_LABEL, metadata["name"])
     started_at = _parse_time(metadata.get("creationTimestamp"))
     phase = status.get("phase", "Pending")
-    if phase in ("Pending", "Running"):
+    never_ran = bool(metadata.get("deletionTimestamp")) and not pod.get("spec", {}).get("nodeName")
+    if phase in ("Pending", "Running") and not never_ran:  # (deleted before it was scheduled: it never runs)
         return WorkerObservation(name, True, None, None, started_at, stopping)
     terminated = _worker_terminated(pod)
     code = terminated.get("exitCode") if terminated else None
@@ -230,11 +252,51 @@ class KubernetesWorkers:
         self._delete(name, STOP_GRACE_SECONDS)
 
     def forget(self, name: str) -> None:
-        """The worker's end was handled: delete its (terminal) pod and stop reporting it."""
+        """The worker's end was handled: let its pod go (finalizer off, deleted) and stop reporting it.
+
+        A terminal pod is deleted at once; one in phase Unknown gracefully (its node may come back with the
+        container still running: only the kubelet, or the node's removal, may end it).
+        """
         self._known.pop(name, None)
         self._stopping.discard(name)
         self._forgotten.add(name)
-        self._delete(name, 0)
+        pod = self._get(name)
+        if pod is None:
+            return
+        self._release(pod)
+        terminal = pod.get("status", {}).get("phase") in TERMINAL_PHASES
+        self._delete(name, 0 if terminal else STOP_GRACE_SECONDS)
+
+    def _get(self, name: str) -> dict[str, Any] | None:
+        try:
+            response = self.api.read_namespaced_pod(name, self.namespace, _preload_content=False)
+        except ApiException as err:
+            if err.status == 404:
+                return None
+            raise
+        return json.loads(response.data)
+
+    def _release(self, pod: dict[str, Any]) -> None:
+        """Take the tracking finalizer off (only ours: others' finalizers stay), if the pod has it."""
+        finalizers, tracking = pod["metadata"].get("finalizers") or [], TRACKING_FINALIZER
+        if tracking not in finalizers:
+            return
+        # A JSON patch (a list body is one for every client version): a strategic merge patch would *add* to
+        # finalizers (their patch strategy is merge); the test makes it apply to the pod as read only.
+        patch = [
+            {"op": "test", "path": "/metadata/resourceVersion", "value": pod["metadata"]["resourceVersion"]},
+            {"op": "replace", "path": "/metadata/finalizers", "value": [f for f in finalizers if f != tracking]},
+        ]
+        try:
+            self.api.patch_namespaced_pod(pod["metadata"]["name"], self.namespace, patch, _preload_content=False)
+        except ApiException as err:
+            if err.status not in (404, 409, 422):  # gone, or changed: the next pass releases it from a fresh read
+                raise
+
+    def release_all(self) -> None:
+        """The job is gone (deleted, or its pods orphaned): no finalizer of ours may keep its pods."""
+        for pod in self._list():
+            self._release(pod)
 
     def finish(self) -> None:
         """The job is final and none of its workers runs: delete every pod left (the succeeded ones).
@@ -244,9 +306,8 @@ class KubernetesWorkers:
         for pod in self._list():
             name = pod["metadata"]["name"]
             self._forgotten.add(self._name_of(pod))
-            self._delete(
-                name, 0 if pod.get("status", {}).get("phase") in ("Succeeded", "Failed") else STOP_GRACE_SECONDS
-            )
+            self._release(pod)
+            self._delete(name, 0 if pod.get("status", {}).get("phase") in TERMINAL_PHASES else STOP_GRACE_SECONDS)
         self._known.clear()
         self._stopping.clear()
 

@@ -6,8 +6,8 @@ the real server enforces and a bug a looser fake would hide):
 - one global, increasing `resourceVersion` for every write; `generation` bumped on spec changes only;
 - `PUT` with a stale `resourceVersion` is 409 Conflict; a custom resource `PUT` without one is 422;
 - the status subresource writes `.status` only, the main resource ignores `.status`;
-- merge patch (RFC 7386), JSON patch (RFC 6902); a strategic merge patch is applied as a merge patch
-  (the only lists the controller patches are replaced whole, where the two agree);
+- merge patch (RFC 7386), JSON patch (RFC 6902), strategic merge patch as a merge patch except for
+  `metadata.finalizers` (patch strategy merge: lists joined, `$deleteFromPrimitiveList` removes);
 - list with label/field selectors and the list's resourceVersion; watch from a resourceVersion with
   ADDED/MODIFIED/DELETED events, bookmarks, `timeoutSeconds`, and 410 Gone for a compacted version;
 - ElasticJobs pruned, defaulted, validated and checked by their CEL rules from manifests/crd.yaml
@@ -91,6 +91,23 @@ def merge_patch(target: Any, patch: Any) -> Any:
             result.pop(key, None)
         else:
             result[key] = merge_patch(result.get(key), value)
+    return result
+
+
+def strategic_merge_patch(target: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
+    """A merge patch, except for `metadata.finalizers`, whose patch strategy is merge: the lists are joined,
+    and only `$deleteFromPrimitiveList/finalizers` takes entries out (the rule that makes a naive strategic
+    patch of finalizers add instead of replace). Other lists the controller never patches strategically."""
+    patch = copy.deepcopy(patch)
+    meta = patch.get("metadata") or {}
+    removed = meta.pop("$deleteFromPrimitiveList/finalizers", [])
+    if "finalizers" in meta and meta["finalizers"] is not None:
+        current = (target.get("metadata") or {}).get("finalizers") or []
+        meta["finalizers"] = current + [f for f in meta["finalizers"] if f not in current]
+    result = merge_patch(target, patch)
+    if removed:
+        kept = [f for f in result["metadata"].get("finalizers") or [] if f not in removed]
+        result["metadata"]["finalizers"] = kept
     return result
 
 
@@ -213,6 +230,7 @@ class FakeApiServer:
         self.latency = 0.0
         self.fail_leases = False  # shorthand: every lease request answers 503
         self.restricted_namespaces: set[str] = set()
+        self.partitioned: set[str] = set()  # nodes whose kubelet no longer reaches the API server
         self.bookmark_seconds = 1.0
         self.kubelet_seconds = kubelet_seconds  # how long a running pod takes to stop after a graceful delete
         self.allowed = rbac_allows(list(yaml.safe_load_all(rbac.read_text()))) if rbac else None
@@ -346,6 +364,7 @@ class FakeApiServer:
     def partition(self, node: str = "node-1") -> list[str]:
         """The node stops reporting: its pods turn Unknown (their containers may still run)."""
         with self.lock:
+            self.partitioned.add(node)
             lost = []
             for (_, name), pod in self.pods.items():
                 if pod["spec"].get("nodeName") == node and pod["status"].get("phase") == "Running":
@@ -541,14 +560,15 @@ class FakeApiServer:
 
     @staticmethod
     def _runs(pod: dict[str, Any]) -> bool:
-        return bool(pod["spec"].get("nodeName")) and pod.get("status", {}).get("phase") in ("Running", "Pending")
+        """Bound to a node and not terminal (Unknown included): only that node's kubelet may finish it."""
+        return bool(pod["spec"].get("nodeName")) and pod.get("status", {}).get("phase") not in ("Succeeded", "Failed")
 
     def _kubelet_stops(self, ns: str, name: str) -> None:
         """The kubelet ends a pod deleted gracefully: SIGTERM (exit 143), then the pod object goes."""
         with self.lock:
             pod = self.pods.get((ns, name))
-            if pod is None or self._stopped:
-                return
+            if pod is None or self._stopped or pod["spec"].get("nodeName") in self.partitioned:
+                return  # a partitioned node's kubelet hears nothing: the pod stays, marked for deletion
             terminated = {"exitCode": 143, "reason": "Error"}
             pod["status"] = {
                 **pod["status"],
@@ -644,8 +664,10 @@ class FakeApiServer:
     def _patched(current: dict[str, Any], body: Any, content_type: str) -> dict[str, Any]:
         if content_type.startswith("application/json-patch+json"):
             return json_patch(current, body)
-        if content_type.startswith(("application/merge-patch+json", "application/strategic-merge-patch+json")):
+        if content_type.startswith("application/merge-patch+json"):
             return merge_patch(current, body)
+        if content_type.startswith("application/strategic-merge-patch+json"):
+            return strategic_merge_patch(current, body)
         raise ApiError(415, "UnsupportedMediaType", f"the body of the request was in an unknown format: {content_type}")
 
     def _list(self, group: str, resource: str, ns: str | None, query: dict[str, list[str]]) -> dict[str, Any]:

@@ -258,7 +258,8 @@ def test_a_pod_failing_with_137_costs_one_charge_and_is_replaced(harness) -> Non
     restarted = h.fake.events_for(h.name)[2]
     assert restarted["type"] == "Warning" and "exit code 137" in restarted["message"] and "1/3" in restarted["message"]
     assert restarted["involvedObject"]["uid"] == h.job.metadata.uid
-    assert set(h.fake.patch_types) == {"application/merge-patch+json"}
+    # status: a merge patch; a pod's finalizer: a JSON patch (a strategic merge patch would add to finalizers)
+    assert set(h.fake.patch_types) <= {"application/merge-patch+json", "application/json-patch+json"}
 
 
 def test_oom_killed_with_a_fail_job_rule_fails_the_job_and_deletes_its_pods(harness) -> None:
@@ -268,6 +269,7 @@ def test_oom_killed_with_a_fail_job_rule_fails_the_job_and_deletes_its_pods(harn
     status = h.until_done()
     assert status["phase"] == "Failed" and "OOMKilled" in status["message"]
     assert h.controller.run.read().closed is not None
+    h.workers.finish()  # what the manager does once the job is done: no pod, no finalizer of ours left
     assert h.pods() == [] and h.budget()["used"] == 0
     assert h.kube_job()["status"]["phase"] == "Failed"
     failed = h.fake.events_for(h.name)[-1]
@@ -322,3 +324,55 @@ def test_a_job_name_at_the_length_limit_gives_pods_the_api_server_accepts(fake, 
     with pytest.raises(client.ApiException) as refused:  # one character more: the pod is refused (422)
         KubernetesWorkers(core, parse_job(job_doc(longest))).start(WorkerLaunch(f"{longest}b-ffff", ["python"], {}))
     assert refused.value.status == 422
+
+
+def _until(condition, timeout: float = 10) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.02)
+
+
+def test_an_evicted_pod_is_seen_as_a_disruption_and_is_free(harness) -> None:
+    """An API eviction deletes the pod; the tracking finalizer keeps it until its end was seen (not NodeLost)."""
+    h = harness()
+    first, second = h.start_training()
+    h.fake.disrupt(second, "EvictionByEvictionAPI")
+    _until(lambda: h.fake.pods[("default", second)]["status"]["phase"] == "Failed")  # the kubelet stopped it
+    status = h.step()
+    assert h.budget()["used"] == 0 and status["restarts"]["used"] == 0, h.budget()
+    assert h.controller.run.read().round.number == 1  # the round ended, for free
+    _until(lambda: second not in h.pods())  # handled: finalizer off, pod gone
+    assert first in h.pods() and len(h.pods()) == 2  # and replaced
+
+
+def test_a_pod_that_ends_and_vanishes_at_once_keeps_its_exit_code(harness) -> None:
+    h = harness()
+    _, second = h.start_training()
+    h.fake.end_and_vanish(second, 137)  # deleted right after it ended, before any poll could see it end
+    h.step()
+    (charge,) = h.budget()["charges"]
+    assert charge["exit_code"] == 137 and charge["reason"] not in ("NodeLost", "MemberLost"), charge
+
+
+def test_a_pod_on_a_lost_node_is_not_force_deleted(harness) -> None:
+    h = harness()
+    h.start_training()
+    lost = h.fake.partition("node-1")
+    h.step()
+    assert h.budget()["used"] == 1  # a node that stopped reporting is a real loss
+    for name in lost:
+        assert (name, 0) not in h.fake.deletions, "its container may still run: only a graceful delete"
+        assert h.fake.pods[("default", name)]["metadata"]["deletionTimestamp"]
+
+
+def test_worker_pods_get_no_token_and_a_locked_down_container(fake, core) -> None:
+    fake.add_job(job_doc("sj"))
+    KubernetesWorkers(core, parse_job(job_doc("sj"))).start(WorkerLaunch("sj-0001", ["python"], {}))
+    spec = fake.pods[("default", "sj-0001")]["spec"]
+    assert spec["automountServiceAccountToken"] is False
+    assert spec["containers"][0]["securityContext"] == {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
