@@ -61,6 +61,7 @@ from elastic.store import LeaseKeeper, Store
 log = logging.getLogger(__name__)
 
 BACKEND = "etcd-v3"
+AT_EXIT_RETRY_SECONDS = 2.0
 SCALE_DOWN = "ScaleDown"
 PREEMPTED = "Preempted"
 # Round ends that are free whatever the rules say: the controller or the user chose them, or neither the
@@ -409,8 +410,13 @@ class EtcdV3RendezvousHandler(RendezvousHandler):
                 self._view.close()
 
     def _at_exit(self) -> None:
-        """torch skips shutdown() when a signal stops the agent: a stop on purpose, so free by default."""
+        """torch skips shutdown() when a signal stops the agent: a stop on purpose, so free by default.
+
+        At exit, etcd gets a short while only: a process ending with etcd gone (a test harness that stopped
+        it, a node shutting down) must not hang 15 s per handler; the member key expires with its lease.
+        """
         if not self._shut_down and self._view is not None:
+            self.store.retry_seconds = min(self.store.retry_seconds, AT_EXIT_RETRY_SECONDS)
             self._leave(PREEMPTED)
 
 

@@ -117,3 +117,22 @@ def test_a_dead_round_left_by_an_etcd_outage_is_ended_for_free(training_job, etc
     assert job.round()["round"] > dead_round and _ended_the_dead_round(job), job.logs()
     assert job.budget()["used"] == 0, job.budget()
     assert job.closed() is None, "maxRestarts 0: one charge would have closed the job"
+
+
+def test_a_handler_left_at_exit_with_etcd_gone_does_not_hang(etcd_server) -> None:
+    """torch's harnesses end a process with handlers never shut down, often after stopping etcd: the at-exit
+    leave gives etcd a short while, not the 15 s per handler of a rendezvous call."""
+    from torch.distributed.elastic.rendezvous import RendezvousParameters
+
+    from elastic.rendezvous.handler import AT_EXIT_RETRY_SECONDS
+    from elastic.rendezvous.plugin import create_handler
+
+    params = RendezvousParameters("etcd-v3", etcd_server.client_url, "at-exit", 1, 1, local_addr="127.0.0.1")
+    handler = create_handler(params)
+    handler.next_rendezvous()
+    assert etcd_server.process is not None
+    etcd_server.process.kill()
+    etcd_server.process.wait()
+    started = time.monotonic()
+    handler._at_exit()  # what atexit runs
+    assert time.monotonic() - started < 3 * AT_EXIT_RETRY_SECONDS + 2, "waited for etcd as if it could come back"
