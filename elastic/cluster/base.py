@@ -24,6 +24,8 @@ class WorkerObservation:
     reason: str | None = None  # platform reason: OOMKilled, Evicted, NodeLost, ...
     started_at: float = 0.0
     stopping: bool = False  # the controller asked it to stop
+    ready: bool = True  # alive and serving (a pod whose Ready condition is True; a local process once started)
+    waiting: str | None = None  # why an alive worker is not running yet (ImagePullBackOff, Unschedulable, ...)
 
 
 @dataclass(frozen=True)

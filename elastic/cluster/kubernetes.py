@@ -24,6 +24,7 @@ tracking finalizer off).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import sys
@@ -63,9 +64,8 @@ def job_selector(job_name: str) -> str:
 
 
 def owner_reference(job: ElasticJob) -> dict[str, Any]:
-    """The ElasticJob as the pod's controller: deleting the job deletes its pods (garbage collection).
-
-    No blockOwnerDeletion: that would need `update` on elasticjobs/finalizers, which the RBAC does not grant.
+    """The ElasticJob as the pod's controller: deleting the job deletes its pods (garbage collection), and
+    a foreground deletion of the job waits for them (blockOwnerDeletion; RBAC grants elasticjobs/finalizers).
     """
     return {
         "apiVersion": job.api_version,
@@ -73,7 +73,16 @@ def owner_reference(job: ElasticJob) -> dict[str, Any]:
         "name": job.metadata.name,
         "uid": job.metadata.uid or "",
         "controller": True,
+        "blockOwnerDeletion": True,
     }
+
+
+def owned_by(pod: dict[str, Any], uid: str | None) -> bool:
+    """Whether the pod's controller is the job with this uid. A job deleted and re-created under the same
+    name has a new uid: the old one's pods (still terminating) are not its workers."""
+    return any(
+        ref.get("controller") and ref.get("uid") == (uid or "") for ref in pod["metadata"].get("ownerReferences") or []
+    )
 
 
 def pod_command(command: list[str]) -> list[str]:
@@ -155,6 +164,30 @@ def exit_reason(pod: dict[str, Any]) -> str | None:
     return None
 
 
+def _ready(pod: dict[str, Any]) -> bool:
+    conditions = pod.get("status", {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
+# Why a pod that should be running is not: what a user must see instead of a job stuck "Created".
+STUCK_REASONS = frozenset({"ImagePullBackOff", "ErrImagePull", "InvalidImageName", "CreateContainerConfigError",
+                           "CreateContainerError", "Unschedulable"})  # fmt: skip
+
+
+def waiting_reason(pod: dict[str, Any]) -> str | None:
+    """The reason a pending pod does not run, with the message Kubernetes gives (pure): the worker or an
+    init container waiting on its image or config, or the scheduler finding no node."""
+    status = pod.get("status", {})
+    for condition in status.get("conditions") or []:
+        if condition.get("type") == "PodScheduled" and condition.get("reason") == "Unschedulable":
+            return f"Unschedulable: {condition.get('message', '')}".rstrip(": ")
+    for container in [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]:
+        waiting = (container.get("state") or {}).get("waiting") or {}
+        if waiting.get("reason") in STUCK_REASONS:
+            return f"{waiting['reason']}: {waiting.get('message', '')}".rstrip(": ")
+    return None
+
+
 def observe_pod(pod: dict[str, Any], stopping: bool) -> WorkerObservation:
     """One pod (as the API returns it, camelCase JSON) as a worker observation (pure)."""
     metadata, status = pod["metadata"], pod.get("status", {})
@@ -163,7 +196,8 @@ def observe_pod(pod: dict[str, Any], stopping: bool) -> WorkerObservation:
     phase = status.get("phase", "Pending")
     never_ran = bool(metadata.get("deletionTimestamp")) and not pod.get("spec", {}).get("nodeName")
     if phase in ("Pending", "Running") and not never_ran:  # (deleted before it was scheduled: it never runs)
-        return WorkerObservation(name, True, None, None, started_at, stopping)
+        ready, waiting = _ready(pod), waiting_reason(pod)
+        return WorkerObservation(name, True, None, None, started_at, stopping, ready=ready, waiting=waiting)
     terminated = _worker_terminated(pod)
     code = terminated.get("exitCode") if terminated else None
     return WorkerObservation(name, False, code, exit_reason(pod), started_at, stopping)
@@ -193,8 +227,9 @@ class KubernetesWorkers:
         return pod["metadata"].get("labels", {}).get(WORKER_LABEL, pod["metadata"]["name"])
 
     def _list(self) -> list[dict[str, Any]]:
+        """This job's pods: selected by label, kept only if this job (this uid) is their controller."""
         response = self.api.list_namespaced_pod(self.namespace, label_selector=self.selector, _preload_content=False)
-        return json.loads(response.data).get("items") or []
+        return [pod for pod in json.loads(response.data).get("items") or [] if owned_by(pod, self.job.metadata.uid)]
 
     def _adopt(self, pod: dict[str, Any]) -> None:
         labels = pod["metadata"].get("labels", {})
@@ -205,7 +240,13 @@ class KubernetesWorkers:
     def start(self, launch: WorkerLaunch) -> None:
         self._incarnation += 1
         body = pod_manifest(self.job, self.namespace, launch, self._incarnation)
-        self.api.create_namespaced_pod(self.namespace, body, _preload_content=False)
+        try:
+            self.api.create_namespaced_pod(self.namespace, body, _preload_content=False)
+        except ApiException as err:
+            existing = self._get(launch.name) if err.status == 409 else None
+            if existing is None or not owned_by(existing, self.job.metadata.uid):
+                raise
+            log.info("pod %s/%s exists already (an earlier create went through): adopted", self.namespace, launch.name)
         self._known[launch.name] = time.time()
         self._forgotten.discard(launch.name)
         log.info("created pod %s/%s (incarnation %d)", self.namespace, launch.name, self._incarnation)
@@ -219,16 +260,8 @@ class KubernetesWorkers:
             self._adopt(pod)
             seen.add(observation.name)
             stopping = observation.name in self._stopping
-            result.append(
-                WorkerObservation(
-                    observation.name,
-                    observation.alive,
-                    observation.exit_code,
-                    observation.reason,
-                    observation.started_at or self._known[observation.name],
-                    stopping,
-                )
-            )
+            started_at = observation.started_at or self._known[observation.name]
+            result.append(dataclasses.replace(observation, started_at=started_at, stopping=stopping))
         for name, started_at in self._known.items():
             if name not in seen:  # gone: deleted as asked, or lost with its node
                 stopping = name in self._stopping

@@ -17,7 +17,7 @@ from typing import Any
 from kubernetes.client import ApiException, CoreV1Api, CustomObjectsApi
 
 from elastic.cluster.kubernetes import job_selector
-from elastic.controller.status import FAILED, RESTARTING
+from elastic.controller.status import FAILED, RESTARTING, WORKERS_WAITING
 from elastic.spec import ElasticJob
 from elastic.spec.crd import GROUP, PLURAL, VERSION
 
@@ -48,6 +48,9 @@ def events_for(previous: dict[str, Any] | None, status: dict[str, Any]) -> list[
         where = f" in round {last['round']}" if n == used and "round" in last else ""
         text = f"restart {n}/{limit} charged" + (f": {cause}{where}" if cause else "")
         events.append(JobEvent(WARNING, RESTARTED, text))
+    waiting = _condition(status, WORKERS_WAITING)
+    if waiting.get("status") == "True" and waiting.get("reason") != _condition(previous, WORKERS_WAITING).get("reason"):
+        events.append(JobEvent(WARNING, waiting["reason"], waiting.get("message", "")))
     state = (status.get("phase"), status.get("reason"), status.get("round"))
     before = (previous.get("phase"), previous.get("reason"), previous.get("round"))
     if status.get("phase") and state != before:
@@ -55,6 +58,10 @@ def events_for(previous: dict[str, Any] | None, status: dict[str, Any]) -> list[
         message = f"{status['phase']}: {status.get('message', '')}".rstrip(": ")
         events.append(JobEvent(kind, status.get("reason") or status["phase"], message))
     return events
+
+
+def _condition(status: dict[str, Any], kind: str) -> dict[str, Any]:
+    return next((c for c in status.get("conditions") or [] if c.get("type") == kind), {})
 
 
 def _now() -> datetime:

@@ -55,14 +55,18 @@ def job_status(observed: Observed, previous: dict[str, Any] | None, progress: di
     spec, state, now = observed.job.spec, observed.state, observed.now
     phase, reason, message = phase_of(observed)
     desired = clamp_replicas(spec.replicas, spec.min_replicas, spec.max_replicas)
-    active = sum(1 for w in observed.workers if w.alive and not w.stopping)
+    # Only ready workers are active (what /scale reports to an HPA): a pod pulling its image is not.
+    active = sum(1 for w in observed.workers if w.alive and w.ready and not w.stopping)
     budget = state.budget
     used, limit = (budget.used, budget.max) if budget else (0, spec.failure_policy.max_restarts)
     status: dict[str, Any] = {
         "phase": phase,
         "reason": reason,
         "message": message,
-        "conditions": _conditions(previous.get("conditions", []), phase, reason, message, now),
+        "conditions": _waiting_condition(
+            _conditions(previous.get("conditions", []), phase, reason, message, now),
+            previous.get("conditions", []), observed, now,
+        ),
         "round": state.round.number if state.round else 0,
         "worldSize": state.round.world_size if state.round and state.round.sealed else 0,
         "replicas": {"desired": desired, "active": active},
@@ -97,6 +101,30 @@ def corrupt_status(previous: dict[str, Any], error: CorruptValueError, now: floa
                                       "message": str(error), "lastTransitionTime": since}]
     status["corrupt"] = {"key": error.key, "problem": error.problem}
     return status
+
+
+WORKERS_WAITING = "WorkersWaiting"
+
+
+def _waiting_condition(conditions: list[dict], previous: list[dict], observed: Observed, now: float) -> list[dict]:
+    """`WorkersWaiting` True while a worker that should run cannot (its image does not pull, no node fits,
+    its config is missing), with the first such reason and message; False once none is stuck. Without it
+    a job sits in `Created` with nothing said."""
+    stuck = sorted((w.name, w.waiting) for w in observed.workers if w.alive and not w.stopping and w.waiting)
+    old = next((c for c in previous if c.get("type") == WORKERS_WAITING), None)
+    if not stuck and old is None:
+        return conditions
+    status = "True" if stuck else "False"
+    if stuck:
+        name, waiting = stuck[0]
+        reason, message = waiting.split(":", 1)[0], f"worker {name}: {waiting}" + (
+            f" (and {len(stuck) - 1} more)" if len(stuck) > 1 else "")  # fmt: skip
+    else:
+        reason, message = "AllStarted", "every worker is running"
+    since = old["lastTransitionTime"] if old and old.get("status") == status else timestamp(now)
+    condition = {"type": WORKERS_WAITING, "status": status, "reason": reason, "message": message,
+                 "lastTransitionTime": since}  # fmt: skip
+    return [*conditions, condition]
 
 
 def _conditions(previous: list[dict[str, Any]], phase: str, reason: str, message: str, now: float) -> list[dict]:

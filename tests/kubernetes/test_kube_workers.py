@@ -118,7 +118,7 @@ def test_the_pod_of_a_worker(fake: FakeApiServer, core: client.CoreV1Api) -> Non
         "elastic.dev/job": "pj", "elastic.dev/worker": "pj-00aa", "elastic.dev/incarnation": "1"}  # fmt: skip
     assert created["metadata"]["ownerReferences"] == [
         {"apiVersion": "elastic.dev/v1alpha1", "kind": "ElasticJob", "name": "pj", "uid": stored["metadata"]["uid"],
-         "controller": True}]  # fmt: skip
+         "controller": True, "blockOwnerDeletion": True}]  # fmt: skip
     # A second controller (restarted, or the new leader) adopts the pod and carries the incarnation on.
     adopted = KubernetesWorkers(core, job)
     assert [w.name for w in adopted.observe()] == ["pj-00aa"]
@@ -251,9 +251,9 @@ def test_a_pod_failing_with_137_costs_one_charge_and_is_replaced(harness) -> Non
     assert kube["status"]["phase"] == "Restarting" and kube["status"]["restartsText"] == "1/3"
     assert kube["status"]["selector"] == f"elastic.dev/job={h.name}"
     assert kube["spec"]["replicas"] == 2  # the status subresource leaves the spec alone
-    # the replacement pod is Pending, which counts as active
+    # the replacement pod is Pending: only Ready pods are active (what an HPA reads from /scale)
     scale = h.user.get_namespaced_custom_object_scale("elastic.dev", "v1alpha1", "default", "elasticjobs", h.name)
-    assert scale["status"] == {"replicas": 2, "selector": f"elastic.dev/job={h.name}"}
+    assert scale["status"] == {"replicas": 1, "selector": f"elastic.dev/job={h.name}"}
     assert h.reasons() == ["Gathering", "RoundSealed", "Restarted", "WorkerExited"]
     restarted = h.fake.events_for(h.name)[2]
     assert restarted["type"] == "Warning" and "exit code 137" in restarted["message"] and "1/3" in restarted["message"]
@@ -376,3 +376,63 @@ def test_worker_pods_get_no_token_and_a_locked_down_container(fake, core) -> Non
         "capabilities": {"drop": ["ALL"]},
         "seccompProfile": {"type": "RuntimeDefault"},
     }
+
+
+WAITING = [
+    pytest.param({"conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                                  "message": "0/3 nodes are available"}]},
+                 "Unschedulable: 0/3 nodes are available", id="no node fits"),
+    pytest.param({"containerStatuses": [{"name": "worker", "state": {"waiting": {
+        "reason": "ImagePullBackOff", "message": "Back-off pulling image"}}}]},
+                 "ImagePullBackOff: Back-off pulling image", id="the image does not pull"),
+    pytest.param({"initContainerStatuses": [{"name": "setup", "state": {"waiting": {
+        "reason": "CreateContainerConfigError", "message": 'secret "s" not found'}}}]},
+                 'CreateContainerConfigError: secret "s" not found', id="an init container's config is missing"),
+    pytest.param({"containerStatuses": [{"name": "worker", "state": {"waiting": {"reason": "ContainerCreating"}}}]},
+                 None, id="creating is not stuck"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("status", "expected"), WAITING)
+def test_why_a_pending_pod_does_not_run(status: dict, expected: str | None) -> None:
+    seen = observe_pod(pod("Pending", **status), stopping=False)
+    assert (seen.alive, seen.ready, seen.waiting) == (True, False, expected)
+
+
+def test_a_stuck_pod_is_a_condition_and_an_event_and_not_active(harness) -> None:
+    h = harness()
+    h.step()
+    h.step()
+    first, second = h.pods()
+    h.fake.set_pod(first, "Running")
+    h.fake.set_pod(second, "Pending", waiting="ImagePullBackOff")
+    status = h.step()
+    (waiting,) = [c for c in status["conditions"] if c["type"] == "WorkersWaiting"]
+    assert waiting["status"] == "True" and waiting["reason"] == "ImagePullBackOff" and second in waiting["message"]
+    assert status["replicas"]["active"] == 1  # only the Ready pod
+    assert "ImagePullBackOff" in h.reasons()
+    h.fake.set_pod(second, "Running")
+    (waiting,) = [c for c in h.step()["conditions"] if c["type"] == "WorkersWaiting"]
+    assert waiting["status"] == "False"
+
+
+def test_a_recreated_job_does_not_adopt_the_old_jobs_pods(fake, core) -> None:
+    old = fake.add_job(job_doc("rc"))
+    old_job = parse_job({**job_doc("rc"), "metadata": {"name": "rc", "uid": old["metadata"]["uid"]}})
+    KubernetesWorkers(core, old_job).start(WorkerLaunch("rc-0001", ["python"], {}))
+    fake.run_pod("rc-0001")
+    with fake.lock:  # deleted and re-created under the same name while the old pod still terminates
+        del fake.jobs[("default", "rc")]
+    new = fake.add_job(job_doc("rc"))
+    new_job = parse_job({**job_doc("rc"), "metadata": {"name": "rc", "uid": new["metadata"]["uid"]}})
+    assert KubernetesWorkers(core, new_job).observe() == []
+    assert [w.name for w in KubernetesWorkers(core, old_job).observe()] == ["rc-0001"]
+
+
+def test_a_create_that_went_through_before_a_lost_answer_is_adopted(fake, core) -> None:
+    stored = fake.add_job(job_doc("cr"))
+    job = parse_job({**job_doc("cr"), "metadata": {"name": "cr", "uid": stored["metadata"]["uid"]}})
+    KubernetesWorkers(core, job).start(WorkerLaunch("cr-0001", ["python"], {}))
+    again = KubernetesWorkers(core, job)  # a retry of the same create (its first answer was lost): 409
+    again.start(WorkerLaunch("cr-0001", ["python"], {}))
+    assert [w.name for w in again.observe()] == ["cr-0001"]
