@@ -205,3 +205,17 @@ def test_a_bad_key_fails_the_rendezvous_naming_it_and_is_never_charged(training_
     fixed = job.add_agent()
     assert fixed.wait(timeout=STARTUP + 60) == 0, job.logs()
     assert job.budget()["used"] == 0 and job.closed()["reason"] == "Succeeded"
+
+
+def test_a_second_agent_arriving_late_still_makes_the_round_of_min_nodes(training_job) -> None:
+    """`--nnodes=2`: the first agent holds the round until the second joins, seconds later (as c10d does)."""
+    job = training_job(nnodes="2:2", steps=20)
+    first = job.add_agent()
+    members = job.keys.members_prefix
+    assert wait_until(lambda: job.store.get_prefix(members)[0], STARTUP), job.logs()
+    time.sleep(3)  # the scenario itself: the second agent arrives seconds after the first joined
+    second = job.add_agent()
+    for agent in (first, second):
+        assert agent.wait(timeout=STARTUP + 60) == 0, job.logs()
+    assert {s.world_size for s in job.steps()} == {2}
+    assert job.closed()["reason"] == "Succeeded" and job.budget()["used"] == 0
