@@ -9,6 +9,8 @@ Deployment, a real pod kill or SIGSTOP, and the API server's own Lease semantics
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import uuid
 from collections.abc import Iterator
@@ -21,14 +23,16 @@ from fake_api import FakeApiServer, rbac_allows
 from kubernetes import client
 
 from elastic.agents import seconds_until, wait_until
+from elastic.controller.kube_leadership import EXIT_LOST_LEADERSHIP
 from elastic.controller.kube_manager import KubernetesControllerManager
-from elastic.controller.leader import LEASE_NAME, KubernetesLeases, lease_body
+from elastic.controller.leader import LEASE_NAME, KubernetesLeases, lease_body, parse_lease
 from elastic.spec import parse_job
 from elastic.store import JobKeys, Store
 from elastic.store.keys import controller_leader_key
 from elastic.store.server import EtcdServer
 
 LEASE = 2
+REPO = Path(__file__).resolve().parents[2]
 
 
 def add_job(fake: FakeApiServer) -> tuple[str, dict[str, Any]]:
@@ -103,7 +107,7 @@ def test_only_the_leader_reconciles_and_the_other_takes_over(fake: FakeApiServer
     now = sorted(fake.pods_of(name, "team-a"))
     assert pods[0] in now and len(now) == 2  # the new leader replaced it
     assert a.step() is False and a.controllers == {}  # the old leader, back, follows
-    rbac = list(yaml.safe_load_all((Path(__file__).resolve().parents[2] / "manifests" / "rbac.yaml").read_text()))
+    rbac = list(yaml.safe_load_all((REPO / "manifests" / "rbac.yaml").read_text()))
     assert set(fake.requests) <= rbac_allows(rbac)
 
 
@@ -163,3 +167,46 @@ def test_a_replica_that_loses_the_lease_gives_its_etcd_epoch_up_at_once(fake: Fa
     assert not a.leadership.acting
     assert store.get(controller_leader_key()) is None, "the epoch was given up on the renew thread"
     assert a.step() is False
+
+
+# A controller process as `run_kubernetes_controller` makes it (on_lost=exit_on_loss), whose main thread then
+# stalls for good: only its renew thread can notice the loss and end it.
+STALLED_CONTROLLER = """
+import sys, threading
+from kubernetes import client
+from elastic.controller.kube_leadership import exit_on_loss
+from elastic.controller.kube_manager import KubernetesControllerManager
+from elastic.store import Store
+api, etcd = sys.argv[1:3]
+api_client = client.ApiClient(client.Configuration(host=api))
+manager = KubernetesControllerManager(Store(etcd, retry_seconds=5), etcd, api_client, "controller-p", "elastic-system",
+                                      lease_seconds=2, on_lost=exit_on_loss).start()
+while not manager.step():
+    threading.Event().wait(0.1)
+threading.Event().wait()
+"""
+
+
+def test_a_controller_process_exits_when_it_loses_the_lease_even_if_its_main_thread_is_stalled(
+    fake: FakeApiServer, api_client: client.ApiClient, etcd_server: EtcdServer
+) -> None:
+    command = [sys.executable, "-c", STALLED_CONTROLLER, fake.url, etcd_server.client_url]
+    process = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    with Store(etcd_server.client_url, retry_seconds=5) as store:
+        try:
+            leads = lambda: (store.get_json(controller_leader_key()) or {}).get("pid") == process.pid  # noqa: E731
+            assert wait_until(leads, timeout=20), "the controller took the Lease and the etcd epoch"
+            leases = KubernetesLeases(client.CoordinationV1Api(api_client), timeout=5)
+            current = parse_lease(leases.get("elastic-system", LEASE_NAME) or {})
+            body = lease_body("elastic-system", LEASE_NAME, "controller-x", LEASE, current, True, 0.0)
+            leases.replace("elastic-system", LEASE_NAME, body)  # another replica took it over
+
+            assert process.wait(timeout=LEASE + 5) == EXIT_LOST_LEADERSHIP
+            _, err = process.communicate()
+            assert "controller lost leadership (elastic-system/elastic-controller is now held by controller-x)" in err
+            assert store.get(controller_leader_key()) is None, "the epoch was given up before the exit"
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+            store.delete(controller_leader_key())
