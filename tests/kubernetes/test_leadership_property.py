@@ -6,16 +6,19 @@ against both) in simulated time: a hundred examples of a few hundred steps each 
 over HTTP in real time, and take a few seconds here.
 
 Each replica has its own monotonic clock (an offset of up to ~11 days, a rate within ±10%) and wall clock
-(up to a day off: it is only written into renewTime, which must not matter), and is stepped once per
-retry period of its own clock, as its renew thread would. Chaos, drawn per step: the renew thread stalls
-(up to three lease durations, then resumes), or its calls take time (up to about a lease duration before
-and after they take effect) and fail (refused, answer lost after the write landed, or a stale read).
+(up to a day off: it is only written into renewTime, which must not matter). Its renew thread is a real
+thread, stepped once per retry period of its own clock by a deterministic scheduler in simulated time: a
+call in flight lets the others run, so one replica's read lands while another's write is on its way, as on
+the wire. Chaos, drawn per step: the renew thread stalls (up to three lease durations, then resumes), or
+its calls take time (up to about a lease duration before and after they take effect) and fail (refused,
+answer lost after the write landed, or a stale read).
 
-Checked after every step, which covers every instant that matters (a replica starts acting only when a
+Checked after every event, which covers every instant that matters (a replica starts acting only when a
 step ends; otherwise acting only ends, by its clock): at most one replica acts, and it is the Lease's
 holder. Then, with a healthy API server: some replica leads; its renewals stall past the lease; another
 replica leads within a lease and two retry periods (of the slowest clock), and the stalled one, resumed,
-does not act.
+does not act. The property fails, as it should, for an elector that trusts the holder's renewTime, counts
+its renew deadline from the end of a write instead of its start, or has a deadline close to the lease.
 """
 
 from __future__ import annotations
