@@ -26,6 +26,9 @@ class WorkerObservation:
     stopping: bool = False  # the controller asked it to stop
     ready: bool = True  # alive and serving (a pod whose Ready condition is True; a local process once started)
     waiting: str | None = None  # why an alive worker is not running yet (ImagePullBackOff, Unschedulable, ...)
+    # Alive but not started yet: a Pending pod (unscheduled, init containers, image pull). A pod that ran and
+    # then lost readiness (its node went NotReady) is not pending: that is a loss, not a slow start.
+    pending: bool = False
 
 
 @dataclass(frozen=True)

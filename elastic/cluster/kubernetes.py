@@ -15,7 +15,10 @@ taken for a lost node (charged). With it, the pod stays, terminal and marked for
 was observed and handled (`forget`), so a DisruptionTarget is seen as one and is free by default. A pod
 whose node stopped reporting (phase Unknown) is deleted gracefully, never forced: its container may still
 run. Worker pods get no service-account token and a security context that drops every capability, forbids
-privilege escalation and uses the runtime's default seccomp profile.
+privilege escalation and uses the runtime's default seccomp profile, where spec.worker.template (the pod
+template every worker pod starts from) does not say otherwise. A pod whose init container failed ends with
+that container's exit code and the reason InitContainerFailed; a pod the API server refuses (invalid, or
+against the namespace's Pod Security) fails its job as WorkerStartFailed instead of being retried forever.
 
 Only the verbs in manifests/rbac.yaml are used: pods create/list/delete/patch (patch only takes the
 tracking finalizer off).
@@ -24,6 +27,7 @@ tracking finalizer off).
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import json
 import logging
@@ -34,8 +38,8 @@ from typing import Any
 
 from kubernetes.client import ApiException, CoreV1Api
 
-from elastic.cluster.base import WorkerLaunch, WorkerObservation
-from elastic.spec import ElasticJob
+from elastic.cluster.base import WorkerLaunch, WorkerObservation, WorkerStartError
+from elastic.spec import ElasticJob, PodTemplate
 
 log = logging.getLogger(__name__)
 
@@ -92,46 +96,113 @@ def pod_command(command: list[str]) -> list[str]:
     return ["--local-addr=$(POD_IP)" if part.startswith("--local-addr=") else part for part in result]
 
 
+def secured(context: dict[str, Any] | None, pod_context: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A container's securityContext with CONTAINER_SECURITY filled in where it is silent (pure).
+
+    Key by key: what the template says wins, whole (a `capabilities: {add: [IPC_LOCK]}` is the user's
+    capabilities, not ours plus theirs). Two defaults the API server would refuse next to what was written
+    are left out: `allowPrivilegeEscalation: false` beside `privileged: true` or an added SYS_ADMIN, and a
+    container seccompProfile where the pod's securityContext sets one (the container's would override it).
+    """
+    result = copy.deepcopy(context or {})
+    added = {cap.upper().removeprefix("CAP_") for cap in (result.get("capabilities") or {}).get("add") or []}
+    if not result.get("privileged") and "SYS_ADMIN" not in added:
+        result.setdefault("allowPrivilegeEscalation", CONTAINER_SECURITY["allowPrivilegeEscalation"])
+    result.setdefault("capabilities", copy.deepcopy(CONTAINER_SECURITY["capabilities"]))
+    if "seccompProfile" not in (pod_context or {}):
+        result.setdefault("seccompProfile", copy.deepcopy(CONTAINER_SECURITY["seccompProfile"]))
+    return result
+
+
+def grace_seconds(job: ElasticJob) -> int:
+    """How long a stopped worker gets between SIGTERM and SIGKILL: the template's
+    terminationGracePeriodSeconds (time to write a checkpoint), else STOP_GRACE_SECONDS."""
+    template = job.spec.worker.template
+    grace = template.spec.get("terminationGracePeriodSeconds") if template else None
+    return grace if isinstance(grace, int) and not isinstance(grace, bool) and grace >= 0 else STOP_GRACE_SECONDS
+
+
 def pod_manifest(job: ElasticJob, namespace: str, launch: WorkerLaunch, incarnation: int) -> dict[str, Any]:
-    """The pod for one worker (pure)."""
+    """The pod for one worker (pure): spec.worker.template, if any, with what the controller owns on top.
+
+    Owned (always the controller's): the `worker` container's name, command (the agent), image (from
+    spec.worker.image, else the template's worker container) and the env the controller sets (a template
+    variable of the same name gives way), the pod's name, namespace, `elastic.dev/` labels, owner reference,
+    tracking finalizer and `restartPolicy: Never`. Defaults (only where the template is silent):
+    `automountServiceAccountToken: false` (a training process needs no API access; a template that wants
+    the token says `true`), `terminationGracePeriodSeconds` 15, and `secured()` for every container, init
+    containers included, so a pod with no template runs where the `restricted` standard asks for all but
+    runAsNonRoot. The worker container comes first, so `kubectl logs` without `-c` shows it.
+    """
     worker = job.spec.worker
-    if not worker.image:
-        raise ValueError(f"job {job.key}: spec.worker.image is required to run workers on Kubernetes")
-    env = [{"name": k, "value": v} for k, v in {**launch.env, "ELASTIC_WORKER": launch.name}.items()]
-    env.append({"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}})
-    env.append({"name": "PYTHONUNBUFFERED", "value": "1"})
+    template = worker.template or PodTemplate()
+    spec = copy.deepcopy(template.spec)
+    base = template.worker_container()
+    image = worker.image or base.get("image")
+    if not image:
+        raise WorkerStartError(
+            f"worker {launch.name} could not be started: spec.worker.image (or an image on the template's worker "
+            "container) is required to run workers on Kubernetes"
+        )
+    ours = [{"name": k, "value": v} for k, v in {**launch.env, "ELASTIC_WORKER": launch.name}.items()]
+    ours.append({"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}})
+    ours.append({"name": "PYTHONUNBUFFERED", "value": "1"})
+    owned = {var["name"] for var in ours}
+    theirs = [var for var in base.get("env") or [] if not isinstance(var, dict) or var.get("name") not in owned]
+    pod_context = spec.get("securityContext")
     container: dict[str, Any] = {
+        **copy.deepcopy(base),
         "name": CONTAINER,
-        "image": worker.image,
+        "image": image,
         "command": pod_command(launch.command),
-        "env": env,
-        "securityContext": dict(CONTAINER_SECURITY),
+        "env": [*copy.deepcopy(theirs), *ours],
+        "securityContext": secured(base.get("securityContext"), pod_context),
     }
     if worker.resources:
         container["resources"] = worker.resources
     if launch.working_dir and launch.working_dir.startswith("/"):
         container["workingDir"] = launch.working_dir
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": launch.name,
-            "namespace": namespace,
-            "labels": {
-                JOB_LABEL: job.metadata.name,
-                WORKER_LABEL: launch.name,
-                INCARNATION_LABEL: str(incarnation),
-            },
-            "ownerReferences": [owner_reference(job)],
-            "finalizers": [TRACKING_FINALIZER],
+    sidecars = [{**c, "securityContext": secured(c.get("securityContext"), pod_context)}
+                for c in spec.get("containers") or [] if c["name"] != CONTAINER]  # fmt: skip
+    spec["containers"] = [container, *sidecars]
+    if spec.get("initContainers"):
+        spec["initContainers"] = [{**c, "securityContext": secured(c.get("securityContext"), pod_context)}
+                                  for c in spec["initContainers"]]  # fmt: skip
+    spec["restartPolicy"] = "Never"
+    spec.setdefault("terminationGracePeriodSeconds", STOP_GRACE_SECONDS)
+    spec.setdefault("automountServiceAccountToken", False)
+    metadata: dict[str, Any] = {
+        "name": launch.name,
+        "namespace": namespace,
+        "labels": {
+            **template.metadata.labels,
+            JOB_LABEL: job.metadata.name,
+            WORKER_LABEL: launch.name,
+            INCARNATION_LABEL: str(incarnation),
         },
-        "spec": {
-            "restartPolicy": "Never",
-            "terminationGracePeriodSeconds": STOP_GRACE_SECONDS,
-            "automountServiceAccountToken": False,
-            "containers": [container],
-        },
+        "ownerReferences": [owner_reference(job)],
+        "finalizers": [TRACKING_FINALIZER],
     }
+    if template.metadata.annotations:
+        metadata["annotations"] = dict(template.metadata.annotations)
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
+
+
+def refused_pod(err: ApiException, worker: str) -> WorkerStartError | None:
+    """A create the API server refused for the pod itself, as the job's failure (WorkerStartFailed), else None.
+
+    422 (an invalid pod: a misspelt or wrong-typed field of spec.worker.template), 400, and a 403 from Pod
+    Security admission will be refused again for every worker: retrying forever would leave the job
+    Created with nothing said. Any other 403 is the controller's RBAC, not the job's: it is raised.
+    """
+    body = err.body.decode(errors="replace") if isinstance(err.body, bytes) else str(err.body or "")
+    try:
+        message = json.loads(body).get("message") or body
+    except (ValueError, AttributeError):
+        message = body
+    if err.status in (400, 422) or (err.status == 403 and "violates PodSecurity" in message):
+        return WorkerStartError(f"worker {worker} could not be started: the API server refused its pod: {message}")
+    return None
 
 
 def _parse_time(text: str | None) -> float:
@@ -148,10 +219,35 @@ def _worker_terminated(pod: dict[str, Any]) -> dict[str, Any] | None:
     return None
 
 
+INIT_CONTAINER_FAILED = "InitContainerFailed"
+
+
+def _failed_init(pod: dict[str, Any]) -> dict[str, Any] | None:
+    """The terminated state of the first init container that ended non-zero, if the worker never ran.
+
+    With restartPolicy Never the kubelet does not retry an init container: the pod goes Failed and the
+    worker container stays waiting (PodInitializing), with no exit code of its own to classify.
+    """
+    if _worker_terminated(pod) is not None:
+        return None
+    for status in pod.get("status", {}).get("initContainerStatuses") or []:
+        state = status.get("state") or {}
+        terminated = state.get("terminated") or (status.get("lastState") or {}).get("terminated") or {}
+        if terminated.get("exitCode"):
+            return terminated
+    return None
+
+
 def exit_reason(pod: dict[str, Any]) -> str | None:
-    """The platform's reason for a pod's end, most specific first (pure)."""
+    """The platform's reason for a pod's end, most specific first (pure).
+
+    An init container that failed is `InitContainerFailed` (its exit code is the worker's, see observe_pod),
+    so a rule can tell a setup step failing from training failing (`onReasons: [InitContainerFailed]`),
+    unless the platform ended it: eviction, node loss and preemption kill init containers too and name
+    the real cause; an init container killed for memory is `OOMKilled` like the worker.
+    """
     status = pod.get("status", {})
-    terminated = _worker_terminated(pod) or {}
+    terminated = _worker_terminated(pod) or _failed_init(pod) or {}
     if terminated.get("reason") == "OOMKilled":
         return "OOMKilled"
     if status.get("reason") == "Evicted":
@@ -161,6 +257,8 @@ def exit_reason(pod: dict[str, Any]) -> str | None:
     for condition in status.get("conditions") or []:
         if condition.get("type") == "DisruptionTarget" and condition.get("status") == "True":
             return NODE_LOST if condition.get("reason") in _NODE_GONE_DISRUPTIONS else "DisruptionTarget"
+    if _failed_init(pod) is not None:
+        return INIT_CONTAINER_FAILED
     return None
 
 
@@ -170,8 +268,11 @@ def _ready(pod: dict[str, Any]) -> bool:
 
 
 # Why a pod that should be running is not: what a user must see instead of a job stuck "Created".
+# CrashLoopBackOff: only a native sidecar (an init container with restartPolicy Always) can loop in a
+# restartPolicy Never pod, and a pod waiting on one never starts its worker.
 STUCK_REASONS = frozenset({"ImagePullBackOff", "ErrImagePull", "InvalidImageName", "CreateContainerConfigError",
-                           "CreateContainerError", "Unschedulable"})  # fmt: skip
+                           "CreateContainerError", "RunContainerError", "CrashLoopBackOff",
+                           "Unschedulable"})  # fmt: skip
 
 
 def waiting_reason(pod: dict[str, Any]) -> str | None:
@@ -196,9 +297,10 @@ def observe_pod(pod: dict[str, Any], stopping: bool) -> WorkerObservation:
     phase = status.get("phase", "Pending")
     never_ran = bool(metadata.get("deletionTimestamp")) and not pod.get("spec", {}).get("nodeName")
     if phase in ("Pending", "Running") and not never_ran:  # (deleted before it was scheduled: it never runs)
-        ready, waiting = _ready(pod), waiting_reason(pod)
-        return WorkerObservation(name, True, None, None, started_at, stopping, ready=ready, waiting=waiting)
-    terminated = _worker_terminated(pod)
+        ready, waiting, pending = _ready(pod), waiting_reason(pod), phase == "Pending"
+        return WorkerObservation(name, True, None, None, started_at, stopping, ready=ready, waiting=waiting,
+                                 pending=pending)  # fmt: skip
+    terminated = _worker_terminated(pod) or _failed_init(pod)
     code = terminated.get("exitCode") if terminated else None
     return WorkerObservation(name, False, code, exit_reason(pod), started_at, stopping)
 
@@ -211,6 +313,7 @@ class KubernetesWorkers:
         self.job = job
         self.namespace = namespace or job.metadata.namespace
         self.selector = job_selector(job.metadata.name)
+        self.grace = grace_seconds(job)
         self._known: dict[str, float] = {}  # worker -> started_at, for pods that vanish
         self._stopping: set[str] = set()
         self._forgotten: set[str] = set()  # forgotten workers whose pods may still be listed while deleted
@@ -243,6 +346,9 @@ class KubernetesWorkers:
         try:
             self.api.create_namespaced_pod(self.namespace, body, _preload_content=False)
         except ApiException as err:
+            refused = refused_pod(err, launch.name)
+            if refused is not None:
+                raise refused from None
             existing = self._get(launch.name) if err.status == 409 else None
             if existing is None or not owned_by(existing, self.job.metadata.uid):
                 raise
@@ -278,11 +384,12 @@ class KubernetesWorkers:
                 raise
 
     def stop(self, name: str) -> None:
-        """Delete the pod: the kubelet sends SIGTERM (torch's agent stops its workers), SIGKILL after 15 s."""
+        """Delete the pod: the kubelet sends SIGTERM (torch's agent stops its workers), SIGKILL after the
+        pod's grace period (15 s, or the template's terminationGracePeriodSeconds)."""
         if name in self._stopping:
             return
         self._stopping.add(name)
-        self._delete(name, STOP_GRACE_SECONDS)
+        self._delete(name, self.grace)
 
     def forget(self, name: str) -> None:
         """The worker's end was handled: let its pod go (finalizer off, deleted) and stop reporting it.
@@ -298,7 +405,7 @@ class KubernetesWorkers:
             return
         self._release(pod)
         terminal = pod.get("status", {}).get("phase") in TERMINAL_PHASES
-        self._delete(name, 0 if terminal else STOP_GRACE_SECONDS)
+        self._delete(name, 0 if terminal else self.grace)
 
     def _get(self, name: str) -> dict[str, Any] | None:
         try:
@@ -340,7 +447,7 @@ class KubernetesWorkers:
             name = pod["metadata"]["name"]
             self._forgotten.add(self._name_of(pod))
             self._release(pod)
-            self._delete(name, 0 if pod.get("status", {}).get("phase") in TERMINAL_PHASES else STOP_GRACE_SECONDS)
+            self._delete(name, 0 if pod.get("status", {}).get("phase") in TERMINAL_PHASES else self.grace)
         self._known.clear()
         self._stopping.clear()
 

@@ -15,6 +15,7 @@ from elastic.cluster import WorkerObservation
 from elastic.policy.bounds import clamp_replicas
 from elastic.policy.deadline import deadline_exceeded
 from elastic.policy.exits import ExitCause, classify
+from elastic.policy.startup import STARTUP_TIMEOUT, startup_timed_out
 from elastic.rendezvous.run import Incident
 from elastic.rendezvous.state import JobState
 from elastic.spec import ElasticJob, SuccessPolicy
@@ -97,6 +98,9 @@ def reconcile(observed: Observed) -> list[ControllerAction]:
         return _wind_down(observed)
     if deadline_exceeded(observed.started_at, observed.now, spec.active_deadline_seconds):
         return [CloseJob(DEADLINE_EXCEEDED, f"activeDeadlineSeconds ({spec.active_deadline_seconds} s) passed")]
+    stuck = startup_timed_out(observed.workers, observed.now, spec.startup_timeout_seconds, spec.min_replicas)
+    if stuck:
+        return [CloseJob(STARTUP_TIMEOUT, stuck)]
     chief = _chief_done(observed)
     if chief is not None:
         return [CloseJob(SUCCEEDED, f"rank 0 ({chief}) finished with exit 0 (successPolicy Rank0)")]

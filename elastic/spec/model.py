@@ -25,7 +25,7 @@ from pydantic import (
     StringConstraints,
     model_validator,
 )
-from pydantic.alias_generators import to_camel
+from pydantic.alias_generators import to_camel, to_snake
 from pydantic_core import PydanticCustomError
 
 from elastic.spec.excerpt import show
@@ -164,6 +164,123 @@ class EnvVar(_Model):
     value: ProcessText = ""
 
 
+# The part of a PodSpec the CRD declares: what the controller relies on. The rest is kept as written
+# (preserve-unknown-fields) and checked by the API server when the pod is created, where a typo is a pod
+# the server refuses, in the job's status. A full PodSpec schema would be ~10,000 lines of CRD that pins
+# one Kubernetes version's fields, for errors the server reports anyway.
+_CONTAINERS_SCHEMA = {
+    "type": "array",
+    "items": {
+        "type": "object",
+        "required": ["name"],
+        "properties": {"name": {"type": "string", "minLength": 1}},
+        "x-kubernetes-preserve-unknown-fields": True,
+    },
+}
+POD_SPEC_SCHEMA: dict[str, Any] = {
+    "description": "Anything a PodSpec holds (tolerations, nodeSelector, affinity, volumes, initContainers, "
+    "securityContext, ...). A container named 'worker' is merged with the one the controller runs.",
+    "x-kubernetes-preserve-unknown-fields": True,
+    "properties": {
+        "restartPolicy": {"type": "string", "enum": ["Never"]},
+        "containers": _CONTAINERS_SCHEMA,
+        "initContainers": _CONTAINERS_SCHEMA,
+    },
+}
+WORKER_CONTAINER = "worker"
+# Labels the controller sets on every worker pod (job, worker, incarnation) and selects them by.
+RESERVED_LABEL_PREFIX = "elastic.dev/"
+# What the worker container's command line is: the torchrun agent around spec.worker.command.
+_AGENT_OWNED = ("command", "args")
+
+
+class PodTemplateMeta(_Model):
+    """Labels and annotations for every worker pod (the controller adds its own `elastic.dev/` labels)."""
+
+    labels: dict[QualifiedName, LabelValue] = Field(default_factory=dict)
+    annotations: dict[QualifiedName, str] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _not_reserved(self) -> "PodTemplateMeta":
+        for key in self.labels:
+            if key.startswith(RESERVED_LABEL_PREFIX):
+                raise problem(
+                    f"{show(key)} is set by the controller on every worker pod (it selects them by it); "
+                    f"use a label outside {RESERVED_LABEL_PREFIX}",
+                    field=("labels", key),
+                )
+        return self
+
+
+def _containers(spec: dict[str, Any], key: str) -> list[dict[str, Any]]:
+    value = spec.get(key)
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise problem(f"{show(value)} is not a list of containers", field=("spec", key))
+    for index, container in enumerate(value):
+        if not isinstance(container, dict) or not isinstance(container.get("name"), str) or not container["name"]:
+            raise problem("every container needs a name", field=("spec", key, index))
+    return value
+
+
+class PodTemplate(_Model):
+    """A PodTemplateSpec for every worker pod, as Kubeflow's and JobSet's replica templates: tolerations,
+    nodeSelector, volumes (`/dev/shm`), init containers, a pod security context, a service account.
+
+    Kubernetes only: a local or docker-compose worker is a process and ignores it. The controller starts
+    from this template and overlays what it owns (see `elastic.cluster.kubernetes.pod_manifest`): the
+    `worker` container's command (the torchrun agent around spec.worker.command), its controller env,
+    labels, owner reference, finalizer and `restartPolicy: Never`. It fills in defaults only where the
+    template is silent (no service-account token, a restricted-compatible container security context,
+    a 15 s grace period).
+
+    Refused here because the controller could not honour them: a `restartPolicy` other than Never (the
+    kubelet would restart a failed worker in place, unseen: the budget could not count the incident, the
+    very bug of Kubeflow's backoffLimit this project exists to avoid), `command`/`args` on the worker
+    container (the agent's command line; write spec.worker.command instead). `hostNetwork`, privileged
+    containers and the like are allowed: writing them is explicit, and whether a namespace may run them is
+    its Pod Security admission's decision, not the controller's.
+    """
+
+    metadata: PodTemplateMeta = Field(default_factory=PodTemplateMeta)
+    spec: dict[str, Any] = Field(default_factory=dict, json_schema_extra=POD_SPEC_SCHEMA)
+
+    @model_validator(mode="after")
+    def _controller_can_run_it(self) -> "PodTemplate":
+        policy = self.spec.get("restartPolicy")
+        if policy is not None and policy != "Never":
+            raise problem(
+                f"{show(policy)} would let the kubelet restart a failed worker unseen, so its incident is never "
+                "charged; remove it (worker pods are always restartPolicy Never: the controller replaces them)",
+                field=("spec", "restartPolicy"),
+            )
+        seen: dict[str, str] = {}
+        for key in ("initContainers", "containers"):
+            for index, container in enumerate(_containers(self.spec, key)):
+                name = container["name"]
+                if name in seen:
+                    raise problem(f"{show(name)} is already the name of a container in spec.{seen[name]}",
+                                  field=("spec", key, index, "name"))  # fmt: skip
+                seen[name] = key
+                if key == "initContainers" and name == WORKER_CONTAINER:
+                    raise problem(f"{show(name)} is the training container's name; name the init container "
+                                  "otherwise", field=("spec", key, index, "name"))  # fmt: skip
+                for owned in _AGENT_OWNED if name == WORKER_CONTAINER else ():
+                    if owned in container:
+                        raise problem(
+                            "the worker container runs the torchrun agent around spec.worker.command; "
+                            f"set spec.worker.{owned} instead",
+                            field=("spec", key, index, owned),
+                        )
+        return self
+
+    def worker_container(self) -> dict[str, Any]:
+        """The template's `worker` container ({} if it has none)."""
+        containers = self.spec.get("containers") or []
+        return next((c for c in containers if c["name"] == WORKER_CONTAINER), {})
+
+
 class WorkerTemplate(_Model):
     """The training program each node runs under torchrun, and where to run it."""
 
@@ -181,6 +298,11 @@ class WorkerTemplate(_Model):
     )
     image: NonEmptyStr | None = Field(default=None, description="Container image (compose and Kubernetes).")
     resources: dict[str, Any] | None = Field(default=None, description="Passed to pods unchanged.")
+    template: PodTemplate | None = Field(
+        default=None,
+        description="Kubernetes only: a PodTemplateSpec for every worker pod (tolerations, nodeSelector, volumes, "
+        "initContainers, securityContext, ...); a container named 'worker' is merged with the controller's.",
+    )
 
     @model_validator(mode="after")
     def _unique_env_names(self) -> "WorkerTemplate":
@@ -192,6 +314,28 @@ class WorkerTemplate(_Model):
                     f"{show(var.name)} is already set by env[{seen}]; keep one entry per name",
                     field=("env", index, "name"),
                 )
+        return self
+
+    @model_validator(mode="after")
+    def _one_source_per_field(self) -> "WorkerTemplate":
+        """A field of the worker container written both here and in the template is ambiguous: refused,
+        rather than one of them silently winning."""
+        if self.template is None:
+            return self
+        containers = self.template.spec.get("containers") or []
+        index = next((i for i, c in enumerate(containers) if c["name"] == WORKER_CONTAINER), None)
+        if index is None:
+            return self
+        container, where = containers[index], ("template", "spec", "containers", index)
+        for ours, theirs in (("image", "image"), ("workingDir", "workingDir"), ("resources", "resources")):
+            mine = getattr(self, to_snake(ours))
+            if mine is not None and theirs in container and container[theirs] != mine:
+                raise problem(f"spec.worker.{ours} is set too; keep one of the two", field=(*where, theirs))
+        names = {var.name for var in self.env}
+        for position, var in enumerate(container.get("env") or []):
+            if isinstance(var, dict) and var.get("name") in names:
+                raise problem(f"{show(var['name'])} is set by spec.worker.env too; keep one of the two",
+                              field=(*where, "env", position, "name"))  # fmt: skip
         return self
 
 
@@ -298,6 +442,13 @@ class ElasticJobSpec(_Model):
     restart_policy: RestartPolicy = RestartPolicy.ON_FAILURE
     success_policy: SuccessPolicy = SuccessPolicy.ALL_WORKERS
     active_deadline_seconds: Int32 | None = Field(default=None, ge=1)
+    startup_timeout_seconds: Int32 = Field(
+        default=600,
+        ge=1,
+        description="While fewer than minReplicas workers are ready, a worker pod still Pending (unschedulable, "
+        "pulling or failing to pull its image, init containers) this long after its creation fails the job "
+        "with reason StartupTimeout.",
+    )
     ttl_seconds_after_finished: Int32 | None = Field(default=None, ge=0)
 
     @model_validator(mode="after")

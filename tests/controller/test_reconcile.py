@@ -156,3 +156,23 @@ def test_the_local_process_cap_is_checked_before_any_worker_starts(spec, cap, wo
     assert [type(a) for a in actions] == kinds, actions
     if expected == "close":
         assert actions[0].reason == "TooManyLocalProcesses" and f"more than the {cap}" in actions[0].message
+
+
+STUCK = WorkerObservation("w2", True, started_at=100.0, ready=False, waiting="ImagePullBackOff: no", pending=True)
+
+
+@pytest.mark.parametrize(
+    ("spec", "now", "expected"),
+    [
+        pytest.param({}, 699.0, [], id="the default 600 s have not passed: nothing"),
+        pytest.param({}, 700.0, ["StartupTimeout"], id="600 s after the pod was created the job fails"),
+        pytest.param({"startupTimeoutSeconds": 3600}, 700.0, [], id="a longer startupTimeoutSeconds waits longer"),
+        pytest.param({"minReplicas": 1}, 1e6, [], id="minReplicas ready: the job trains and the worker waits"),
+    ],
+)
+def test_a_worker_that_never_starts_fails_the_job_only_when_it_cannot_train(spec, now, expected) -> None:
+    actions = reconcile(observed(workers=(alive("w1"), STUCK), spec=job(**spec), now=now))
+    assert [a.reason for a in actions if isinstance(a, CloseJob)] == expected
+    if expected:
+        (close,) = actions
+        assert "worker w2" in close.message and "ImagePullBackOff" in close.message

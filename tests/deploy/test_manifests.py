@@ -68,11 +68,12 @@ def _crd_schema() -> dict[str, Any]:
 
 
 def _closed(schema: dict[str, Any]) -> dict[str, Any]:
-    """The schema with unknown fields as errors everywhere it lists properties (like kubectl --validate=strict)."""
+    """The schema with unknown fields as errors everywhere it lists properties (like kubectl --validate=strict),
+    except where it preserves unknown fields (the pod template's PodSpec: its declared fields are checked)."""
     schema = copy.deepcopy(schema)
     if "properties" in schema:
-        schema.pop("x-kubernetes-preserve-unknown-fields", None)
-        schema["additionalProperties"] = False
+        if not schema.get("x-kubernetes-preserve-unknown-fields"):
+            schema["additionalProperties"] = False
         schema["properties"] = {key: _closed(child) for key, child in schema["properties"].items()}
     if isinstance(schema.get("items"), dict):
         schema["items"] = _closed(schema["items"])

@@ -20,9 +20,10 @@ the real server enforces and a bug a looser fake would hide):
 - injectable failures (429/5xx for N matching requests) and latency.
 
 There is no scheduler and no kubelet process: tests play them with the `kubelet` methods below (schedule,
-run, terminate, image pull back-off, unschedulable, node partition, eviction, preemption, a pod that ends
-and vanishes at once). Requests authenticated as `Bearer admin` are a cluster admin (a test acting as
-the user); every other request is the controller's service account. Every request is recorded as an RBAC
+run, terminate, image pull back-off, unschedulable, an init container failing, node partition, eviction,
+preemption, a pod that ends and vanishes at once, a pod created long ago). Requests authenticated as
+`Bearer admin` are a cluster admin (a test acting as the user); every other request is the controller's
+service account. Every request is recorded as an RBAC
 (apiGroup, resource, verb) triple.
 """
 
@@ -359,6 +360,32 @@ class FakeApiServer:
             pod["status"] = {"phase": "Pending", "conditions": [{
                 "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
                 "message": "0/3 nodes are available: 3 Insufficient nvidia.com/gpu."}]}  # fmt: skip
+            self._changed("", "pods", "MODIFIED", pod)
+
+    def init_failed(self, name: str, init: str, exit_code: int, namespace: str = "default") -> None:
+        """An init container ended non-zero: with restartPolicy Never the pod is Failed and its worker
+        container never left PodInitializing (no exit code of its own)."""
+        with self.lock:
+            pod = self.pods[(namespace, name)]
+            pod["spec"].setdefault("nodeName", "node-1")
+            terminated = {"exitCode": exit_code, "reason": "Error", "finishedAt": now_text()}
+            pod["status"] = {
+                "phase": "Failed",
+                "conditions": [{"type": "Initialized", "status": "False", "reason": "ContainersNotInitialized"},
+                               {"type": "Ready", "status": "False"}],
+                "initContainerStatuses": [{"name": init, "ready": False, "restartCount": 0,
+                                           "state": {"terminated": terminated}}],
+                "containerStatuses": [{"name": "worker", "ready": False, "restartCount": 0,
+                                       "state": {"waiting": {"reason": "PodInitializing"}}}],
+            }  # fmt: skip
+            self._changed("", "pods", "MODIFIED", pod)
+
+    def created_ago(self, name: str, seconds: float, namespace: str = "default") -> None:
+        """Backdate the pod's creationTimestamp (a pod waiting since long before the test began)."""
+        with self.lock:
+            pod = self.pods[(namespace, name)]
+            when = datetime.fromtimestamp(time.time() - seconds, timezone.utc)
+            pod["metadata"]["creationTimestamp"] = when.strftime("%Y-%m-%dT%H:%M:%SZ")
             self._changed("", "pods", "MODIFIED", pod)
 
     def partition(self, node: str = "node-1") -> list[str]:

@@ -33,7 +33,7 @@ import yaml
 from fake_api import FakeApiServer, rbac_allows
 from kubernetes import client
 
-from elastic.cluster.base import WorkerLaunch
+from elastic.cluster.base import WorkerLaunch, WorkerStartError
 from elastic.cluster.kubernetes import KubernetesWorkers, exit_reason, observe_pod, pod_manifest
 from elastic.controller.kube_status import KubeStatus
 from elastic.controller.loop import JobController
@@ -321,9 +321,9 @@ def test_a_job_name_at_the_length_limit_gives_pods_the_api_server_accepts(fake, 
     fake.add_job(job_doc(longest))
     KubernetesWorkers(core, parse_job(job_doc(longest))).start(WorkerLaunch(f"{longest}-ffff", ["python"], {}))
     assert (longest + "-ffff") in fake.pods_of(longest)
-    with pytest.raises(client.ApiException) as refused:  # one character more: the pod is refused (422)
+    with pytest.raises(WorkerStartError) as refused:  # one character more: the pod is refused (422), the job's failure
         KubernetesWorkers(core, parse_job(job_doc(longest))).start(WorkerLaunch(f"{longest}b-ffff", ["python"], {}))
-    assert refused.value.status == 422
+    assert "the API server refused its pod" in str(refused.value) and "63 characters" in str(refused.value)
 
 
 def _until(condition, timeout: float = 10) -> None:
