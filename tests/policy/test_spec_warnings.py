@@ -40,3 +40,13 @@ CASES = [
 @pytest.mark.parametrize(("spec", "expected"), CASES)
 def test_spec_warnings(spec: dict[str, object], expected: list[str]) -> None:
     assert spec_warnings(job(**spec)) == expected
+
+
+TEMPLATE = {"command": ["python", "train.py"], "template": {"spec": {"tolerations": [{"operator": "Exists"}]}}}
+
+
+@pytest.mark.parametrize(("local", "expected"), [(True, 1), (False, 0)], ids=["a local run warns", "validate does not"])
+def test_a_pod_template_is_said_to_be_ignored_by_a_local_run(local: bool, expected: int) -> None:
+    lines = spec_warnings(job(maxReplicas=1, worker=TEMPLATE), local=local)
+    assert len(lines) == expected and all(line.startswith("spec.worker.template: ") for line in lines)
+    assert spec_warnings(job(maxReplicas=1), local=True) == []
