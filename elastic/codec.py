@@ -98,6 +98,7 @@ class ClosedRecord(_Wire):
     reason: str
     message: str
     at: Seconds = 0.0
+    member: str | None = None
 
 
 class DepartureRecord(_Wire):
@@ -136,6 +137,13 @@ class WorkerRecord(_Wire):
     pid: Annotated[int, Field(gt=0)]
     started_at: Seconds
     log: str = ""
+
+
+class WorkerLogRecord(_Wire):
+    """Where a local worker's log is (`logs/<name>`), so that it can be found after the worker ended."""
+
+    path: str
+    started_at: Seconds = 0.0
 
 
 class WorkerExitRecord(_Wire):
@@ -251,6 +259,10 @@ def leader_holder(key: str, value: bytes | str) -> tuple[str, dict[str, Any]]:
 
 def decode_worker(key: str, value: bytes | str) -> WorkerRecord:
     return decode_model(WorkerRecord, key, value)
+
+
+def decode_worker_log(key: str, value: bytes | str) -> WorkerLogRecord:
+    return decode_model(WorkerLogRecord, key, value)
 
 
 def decode_budget(key: str, value: bytes | str) -> Budget:

@@ -20,9 +20,23 @@ def register(verbs: argparse._SubParsersAction) -> None:
     kill.add_argument("job", help="namespace/name or name")
     kill.add_argument("--worker", help="worker name (default: the first one)")
     kill.add_argument("--training", action="store_true", help="kill one training process, not the agent")
-    kill.add_argument("--signal", type=whole_number(1, max(signal.valid_signals())), default=int(signal.SIGKILL))
+    kill.add_argument("--signal", type=signal_number, default=int(signal.SIGKILL), metavar="SIG",
+                      help="a number or a name: 9, KILL, SIGKILL, TERM, ... (default: KILL)")
     add_etcd_option(kill)
     kill.set_defaults(run=kill_cmd)
+
+
+def signal_number(text: str) -> int:
+    """An argparse type: a signal by number or by name, as `kill -s` takes it (TERM, SIGTERM, term, 15)."""
+    if text.strip().lstrip("+-").isdigit():
+        return whole_number(1, max(signal.valid_signals()))(text)
+    name = text.strip().upper()
+    name = name if name.startswith("SIG") else f"SIG{name}"
+    try:
+        return int(signal.Signals[name])
+    except KeyError:
+        raise argparse.ArgumentTypeError(f"{text[:20]!r} is not a signal: give a number or a name such as "
+                                         "KILL, TERM, INT") from None
 
 
 def kill_cmd(args: argparse.Namespace) -> int:
@@ -49,5 +63,12 @@ def kill_cmd(args: argparse.Namespace) -> int:
     for target in targets:
         os.kill(target, args.signal)
     what = "training process" if args.training else "agent"
-    print(f"sent signal {args.signal} to the {what} of {name} (pid {targets[0]})")
+    print(f"sent signal {_name(args.signal)} to the {what} of {name} (pid {targets[0]})")
+
+
+def _name(number: int) -> str:
+    try:
+        return f"{number} ({signal.Signals(number).name})"
+    except ValueError:  # a real-time signal has no name of its own
+        return str(number)
     return 0

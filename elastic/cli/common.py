@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from elastic.cli.endpoint_file import read_endpoint
 from elastic.cluster.local import MAX_PROCESSES_ENV, PROCESSES_PER_CPU, default_max_processes
 from elastic.policy.spec_warnings import spec_warnings
 from elastic.spec import ElasticJob
@@ -20,13 +21,16 @@ ETCD_ENV = "ELASTIC_ETCD"
 
 
 def add_etcd_option(parser: argparse.ArgumentParser, required: bool = True) -> None:
-    default = os.environ.get(ETCD_ENV)
+    """`--etcd`: default $ELASTIC_ETCD, else (for commands that need an etcd, not `run`, which starts its
+    own) the address a local `elastic etcd` wrote."""
+    default = os.environ.get(ETCD_ENV) or (read_endpoint() if required else None)
     parser.add_argument(
         "--etcd",
         default=default,
         required=required and default is None,
         metavar="URL",
-        help=f"etcd endpoint(s), e.g. http://127.0.0.1:2379[,http://h2:2379] (default: ${ETCD_ENV})",
+        help=f"etcd endpoint(s), e.g. http://127.0.0.1:2379[,http://h2:2379] (default: ${ETCD_ENV}, else a "
+        f"local 'elastic etcd' that runs)",
     )
 
 
@@ -65,10 +69,9 @@ def process_cap(args: argparse.Namespace) -> int:
     return args.process_cap if args.process_cap is not None else default_max_processes()
 
 
-def print_spec_warnings(job: ElasticJob, source: object, local: bool = False) -> None:
-    """Warnings are not errors: one `warning:` line each on stderr, and the command carries on. `local`: the
-    job is about to run as local worker processes (run, submit)."""
-    for line in spec_warnings(job, local):
+def print_spec_warnings(job: ElasticJob, source: object) -> None:
+    """Warnings are not errors: one `warning:` line each on stderr, and the command carries on."""
+    for line in spec_warnings(job):
         print(f"warning: {source}: {line}", file=sys.stderr)
 
 

@@ -1,18 +1,17 @@
-"""`elastic validate | submit | status | scale | delete`: working with jobs in a controller's etcd."""
+"""`elastic validate | submit | scale | delete`: working with jobs in a controller's etcd."""
 
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 import time
 from pathlib import Path
 
-import yaml
-
 from elastic.cli.common import add_etcd_option, connect, print_spec_warnings
-from elastic.codec import CORRUPT_STATE, CorruptValueError, decode_json_object, status_for_display
-from elastic.controller.submit import list_jobs, submit_job
+from elastic.cli.show import controller_leading, warn_without_controller
+from elastic.codec import CorruptValueError, decode_json_object
+from elastic.controller.inspect import live_parts, wait_until_final
+from elastic.controller.status import FINAL_PHASES
+from elastic.controller.submit import submit_job
 from elastic.errors import PermanentError
 from elastic.policy.bounds import clamp_replicas
 from elastic.rendezvous.run import JobRun
@@ -31,20 +30,22 @@ def register(verbs: argparse._SubParsersAction) -> None:
     add_etcd_option(submit)
     submit.set_defaults(run=submit_cmd)
 
-    status = verbs.add_parser("status", help="show jobs' status")
-    status.add_argument("job", nargs="?", help="namespace/name or name (default: every job)")
-    status.add_argument("-o", "--output", choices=["table", "json", "yaml"], default="table")
-    add_etcd_option(status)
-    status.set_defaults(run=status_cmd)
-
     scale = verbs.add_parser("scale", help="set a job's desired replicas (clamped to [min, max])")
     scale.add_argument("job", help="namespace/name or name")
     scale.add_argument("replicas", type=int)
     add_etcd_option(scale)
     scale.set_defaults(run=scale_cmd)
 
-    delete = verbs.add_parser("delete", help="stop a job: its workers are stopped and it ends as Failed/Deleted")
+    delete = verbs.add_parser(
+        "delete",
+        help="stop a job: its workers are stopped and it ends as Failed/Deleted",
+        description="Close the job; a running controller stops its workers and marks it Failed (Deleted): this "
+        "waits for that (--timeout). With no controller running and nothing of the job alive, its keys are "
+        "removed; with live workers and no controller, it says which controller to start.",
+    )
     delete.add_argument("job", help="namespace/name or name")
+    delete.add_argument("--timeout", type=float, default=60.0, metavar="SECONDS",
+                        help="how long to wait for the controller to finish the job (default 60; 0: do not wait)")
     add_etcd_option(delete)
     delete.set_defaults(run=delete_cmd)
 
@@ -60,53 +61,12 @@ def validate_job(args: argparse.Namespace) -> int:
 
 def submit_cmd(args: argparse.Namespace) -> int:
     job = load_job(args.job_file)
-    print_spec_warnings(job, args.job_file, local=True)
+    print_spec_warnings(job, args.job_file)
     with connect(args) as store:
         job = submit_job(store, job)
-    print(f"job {job.key} submitted (run {job.metadata.uid})")
+        print(f"job {job.key} submitted (run {job.metadata.uid})")
+        warn_without_controller(store, args.etcd, "the job starts")
     return 0
-
-
-def status_cmd(args: argparse.Namespace) -> int:
-    with connect(args) as store:
-        jobs = list_jobs(store)
-        if args.job:
-            wanted = JobKeys.parse(args.job)
-            jobs = [j for j in jobs if (j.metadata.namespace, j.metadata.name) == (wanted.namespace, wanted.name)]
-            if not jobs:
-                raise PermanentError(f"no job {wanted.namespace}/{wanted.name} in etcd at {args.etcd}")
-        rows = []
-        for job in jobs:
-            key = JobKeys(job.metadata.namespace, job.metadata.name).status
-            entry = store.get(key)
-            status = status_for_display(key, entry.value if entry else None)
-            rows.append({"job": job.key, "spec": job.to_dict()["spec"], "status": status})
-    if args.output == "json":
-        print(json.dumps(rows, indent=2))
-    elif args.output == "yaml":
-        print(yaml.safe_dump(rows, sort_keys=False))
-    else:
-        _print_table(rows)
-    return 0
-
-
-def _print_table(rows: list[dict]) -> None:
-    header = ("JOB", "PHASE", "REPLICAS", "MIN", "MAX", "ROUND", "WORLD", "RESTARTS", "STEP", "REASON")
-    lines = [header]
-    for row in rows:
-        spec, status = row["spec"], row["status"]
-        lines.append((
-            row["job"], status.get("phase", "Pending"), status.get("replicasText", "-"),
-            str(spec.get("minReplicas", 1)),
-            str(spec["maxReplicas"]), str(status.get("round", "-")), str(status.get("worldSize", "-")),
-            status.get("restartsText", "-"), str(status.get("progress", {}).get("step", "-")), status.get("reason", ""),
-        ))  # fmt: skip
-    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
-    for line in lines:
-        print("  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip())
-    for row in rows:  # a job whose state does not decode: say which key and how to fix it
-        if row["status"].get("reason") == CORRUPT_STATE:
-            print(f"{row['job']}: {row['status'].get('message', '')}")
 
 
 def scale_cmd(args: argparse.Namespace) -> int:
@@ -125,6 +85,7 @@ def scale_cmd(args: argparse.Namespace) -> int:
                 break
         else:
             raise PermanentError(f"job {keys.namespace}/{keys.name} keeps changing; try again")
+        warn_without_controller(store, args.etcd, "the change applies")
     spec = job.spec
     effective = clamp_replicas(args.replicas, spec.min_replicas, spec.max_replicas)
     bounds = f"{spec.min_replicas}..{spec.max_replicas}"
@@ -140,5 +101,22 @@ def delete_cmd(args: argparse.Namespace) -> int:
             raise PermanentError(f"no job {keys.namespace}/{keys.name} in etcd at {args.etcd}")
         run = JobRun(store, keys)
         run.close(run.read(), Closed("Deleted", "deleted by the user", time.time()))
-    print(f"job {keys.namespace}/{keys.name} deleted: the controller stops its workers", file=sys.stdout)
+        job = f"{keys.namespace}/{keys.name}"
+        if controller_leading(store) is not None:
+            status = wait_until_final(store, keys, args.timeout)
+            if status.get("phase") in FINAL_PHASES:
+                print(f"job {job} deleted: {status['phase']} ({status.get('reason')}), its workers stopped")
+            else:
+                print(f"job {job} closed: the controller is stopping its workers ('elastic status {job}' shows "
+                      "when it is finished)")
+            return 0
+        alive = live_parts(store, keys)
+        if alive:
+            raise PermanentError(
+                f"job {job} is closed, but no controller is running to stop its {', '.join(alive)}: start "
+                f"'elastic controller --etcd {args.etcd}' (it stops them and marks the job Failed), or stop them "
+                f"yourself and delete again"
+            )
+        store.delete_prefix(keys.prefix)
+    print(f"job {job} deleted (no controller was running and nothing of it was alive: its keys are removed)")
     return 0

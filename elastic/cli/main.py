@@ -9,11 +9,30 @@ import argparse
 import logging
 import sys
 from collections.abc import Sequence
+from importlib.metadata import PackageNotFoundError, version
 
-from elastic.cli import chaos_cmd, etcd_cmd, jobs_cmd, run_cmd
+from elastic.cli import (
+    agent_cmd,
+    chaos_cmd,
+    completion_cmd,
+    describe_cmd,
+    etcd_cmd,
+    jobs_cmd,
+    logs_cmd,
+    run_cmd,
+    status_cmd,
+)
 from elastic.errors import ElasticError
 
-VERBS = [run_cmd, jobs_cmd, chaos_cmd, etcd_cmd]
+VERBS = [run_cmd, jobs_cmd, status_cmd, describe_cmd, logs_cmd, chaos_cmd, etcd_cmd, agent_cmd]
+GLOBAL_FLAGS = ("-v", "--verbose")
+
+
+def package_version() -> str:
+    try:
+        return version("elastic-etcd")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -22,13 +41,19 @@ def build_parser() -> argparse.ArgumentParser:
         description="Elastic PyTorch training on etcd v3.",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug detail to stderr")
+    parser.add_argument("--version", action="version", version=f"elastic {package_version()}")
     verbs = parser.add_subparsers(dest="verb", metavar="VERB", required=True)
     for verb in VERBS:
         verb.register(verbs)
+    completion_cmd.register(verbs, build_parser)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    first = next((i for i, word in enumerate(argv) if word not in GLOBAL_FLAGS), len(argv))
+    if argv[first : first + 1] == ["agent"]:  # torchrun's arguments, untouched by argparse
+        return agent_cmd.run_agent(argv[first + 1 :])
     args = build_parser().parse_args(argv)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.WARNING,

@@ -18,7 +18,9 @@ from elastic.cli.common import (
     print_spec_warnings,
     process_cap,
 )
+from elastic.cli.show import root_cause_lines
 from elastic.controller.election import Election
+from elastic.controller.inspect import read_report
 from elastic.controller.manager import LocalControllerManager, LocalJobRunner
 from elastic.controller.reconcile import capacity_problem
 from elastic.controller.submit import submit_job
@@ -59,7 +61,7 @@ def register(verbs: argparse._SubParsersAction) -> None:
 
 def run_job(args: argparse.Namespace) -> int:
     job = load_job(args.job_file)  # a SpecError here means nothing was started and nothing written
-    print_spec_warnings(job, args.job_file, local=True)
+    print_spec_warnings(job, args.job_file)
     spec, cap = job.spec, process_cap(args)
     too_many = capacity_problem(job, clamp_replicas(spec.replicas, spec.min_replicas, spec.max_replicas), cap)
     if too_many:  # known before etcd starts: nothing is started or written
@@ -81,10 +83,19 @@ def run_job(args: argparse.Namespace) -> int:
         election = Election(store, role="run", on_change=lambda line: print(line, flush=True))
         runner = LocalJobRunner(store, job, endpoints, log_dir, election, cap)
         status = runner.run_until_done(StatusPrinter())
-    except KeyboardInterrupt:
-        run = JobRun(store, keys)
-        run.close(run.read(), Closed("Interrupted", "stopped by the user (Ctrl-C)", time.time()))
-        print("interrupted: stopping workers", file=sys.stderr)
+        cause = [] if status.get("phase") == "Succeeded" else root_cause_lines(read_report(store, job))
+    except KeyboardInterrupt as stop:
+        how = "SIGTERM" if isinstance(stop, Terminated) else "Ctrl-C"
+        print(f"interrupted ({how}): stopping the workers and finishing job {job.key}", file=sys.stderr, flush=True)
+        closed = Closed(INTERRUPTED, f"elastic run was stopped ({how})", time.time())
+        if runner is not None:
+            status = runner.wind_down(closed)
+        else:  # stopped while submitting: close what was written, so that nobody runs it
+            run = JobRun(store, keys)
+            run.close(run.read(), closed)
+            status = {}
+        if status.get("phase"):
+            print(format_status_line(status), flush=True)
         return 130
     finally:
         if runner is not None:
@@ -97,6 +108,8 @@ def run_job(args: argparse.Namespace) -> int:
     if status.get("phase") == "Succeeded":
         return 0
     print(f"error: job {job.key} failed: {status.get('reason')}: {status.get('message')}", file=sys.stderr)
+    for line in cause:
+        print(line, file=sys.stderr)
     return 1
 
 
@@ -124,10 +137,17 @@ def run_controller(args: argparse.Namespace) -> int:
     return 0
 
 
+INTERRUPTED = "Interrupted"
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, handled as Ctrl-C is (the job is finished, the workers stopped) and named as such."""
+
+
 def _stop_on_sigterm() -> None:
-    """SIGTERM ends the process like Ctrl-C, so that `finally` blocks stop the workers."""
+    """SIGTERM ends the process like Ctrl-C, so that the job is finished and the workers stopped."""
 
     def interrupt(*_: object) -> None:
-        raise KeyboardInterrupt
+        raise Terminated
 
     signal.signal(signal.SIGTERM, interrupt)

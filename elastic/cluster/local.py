@@ -27,7 +27,7 @@ from elastic.cluster.base import WorkerLaunch, WorkerObservation, WorkerStartErr
 from elastic.cluster.processes import descendants_of, is_worker
 from elastic.codec import CorruptValueError, WorkerExitRecord, WorkerRecord, decode_model
 from elastic.errors import ElasticError
-from elastic.store import Delete, EtcdAuth, JobKeys, Store
+from elastic.store import Delete, EtcdAuth, JobKeys, Put, Store
 
 log = logging.getLogger(__name__)
 
@@ -126,10 +126,11 @@ class LocalProcesses:
             raise WorkerStartError(start_failure(launch, err)) from None
         worker = _Worker(launch.name, process.pid, time.time(), str(log_path), process)
         try:
-            self.store.put_json(
-                self.keys.worker(launch.name),
-                {"pid": process.pid, "started_at": worker.started_at, "log": str(log_path)},
-            )
+            # The log's record outlives the worker's: `elastic logs` and a failed job's root cause need it after.
+            record = {"pid": process.pid, "started_at": worker.started_at, "log": str(log_path)}
+            self.store.txn([], [Put.json(self.keys.worker(launch.name), record),
+                                Put.json(self.keys.log(launch.name), {"path": str(log_path),
+                                                                      "started_at": worker.started_at})])
         except BaseException:
             # No record, no worker: a process nobody can adopt would train on as a duplicate (a fenced
             # store refuses this write once this controller is deposed).

@@ -22,6 +22,8 @@ from elastic.controller.status import FINAL_PHASES
 from elastic.controller.submit import list_jobs
 from elastic.errors import NotLeaderError
 from elastic.rendezvous.config import job_name_for
+from elastic.rendezvous.run import JobRun
+from elastic.rendezvous.state import Closed
 from elastic.spec import ElasticJob
 from elastic.store import JobKeys, Store
 from elastic.store.fenced import FencedStore
@@ -168,6 +170,25 @@ class LocalJobRunner:
                     log.warning("%s", err)
                 return status
             time.sleep(period)
+
+    def wind_down(self, closed: Closed) -> dict[str, Any]:
+        """Close the job (unless it is closed already) and, while this process leads, stop its workers and
+        write its final status: an interrupted `elastic run` leaves its job Failed (its status says why),
+        never Running with nobody to finish it. Under another leader, that one winds it down."""
+        controller = self.controller
+        run = JobRun(controller.store if controller is not None else self.store, self.keys)
+        run.close(run.read(), closed)
+        if controller is None:
+            return self._shown_status()
+        self.stop_workers()
+        try:
+            status = controller.step()
+            if controller.done():
+                controller.finish()
+        except NotLeaderError as err:  # deposed meanwhile: the new leader finishes the job
+            log.warning("%s", err)
+            return self._shown_status()
+        return status
 
     def stop_workers(self) -> None:
         """Stop the workers this process runs for the job (none while another controller leads)."""

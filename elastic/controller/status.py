@@ -58,7 +58,9 @@ def job_status(observed: Observed, previous: dict[str, Any] | None, progress: di
     # Only ready workers are active (what /scale reports to an HPA): a pod pulling its image is not.
     active = sum(1 for w in observed.workers if w.alive and w.ready and not w.stopping)
     budget = state.budget
-    used, limit = (budget.used, budget.max) if budget else (0, spec.failure_policy.max_restarts)
+    # Restarts taken: the failure that spent the budget was charged but never restarted, so a job with
+    # maxRestarts 3 shows 3/3 when it fails on its 4th failure (the message says "4 failure(s) > 3").
+    used, limit = (min(budget.used, budget.max), budget.max) if budget else (0, spec.failure_policy.max_restarts)
     status: dict[str, Any] = {
         "phase": phase,
         "reason": reason,

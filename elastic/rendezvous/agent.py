@@ -7,21 +7,35 @@ hands the first failed worker's exit code to the handler before re-rendezvous. I
 budget, not torchrun's per-agent counter, the limit that matters: `--max-restarts` defaults to a large
 number here. As it exits, the agent records its own exit code in etcd (`exit_recorded`), so that a
 controller that adopted it (and so is not its parent) still applies the exit-code rules.
+
+Its log is where a failed job's root cause is read (`elastic logs`, `elastic status`), so the agent's own
+expected ends are one line each, not tracebacks that bury the worker's error: a closed job (the budget
+spent, a FailJob rule, success) and a stop by signal. A stop after its own workers all exited 0 (the
+controller winding a finished job down while this agent is still leaving) is a clean exit, code 0.
 """
 
 from __future__ import annotations
 
+import signal
 import sys
+import threading
 from collections.abc import Sequence
 
 from torch.distributed.elastic.agent.server.api import RunResult, WorkerGroup, WorkerState
 from torch.distributed.elastic.agent.server.local_elastic_agent import LocalElasticAgent
+from torch.distributed.elastic.multiprocessing.api import SignalException
+from torch.distributed.elastic.rendezvous import RendezvousClosedError
 
 from elastic.cluster.local import exit_recorded
 from elastic.rendezvous.handler import BACKEND, EtcdV3RendezvousHandler
 
 # torchrun's per-agent counter would otherwise end an agent long before the job budget is spent.
 DEFAULT_AGENT_RESTARTS = 1_000_000
+
+# Set once this agent's own workers all exited 0 (one agent per process): a later stop has nothing to stop.
+WORKERS_SUCCEEDED = threading.Event()
+
+QUIET_ENDS = (SignalException, RendezvousClosedError)
 
 
 class ReportingAgent(LocalElasticAgent):
@@ -36,6 +50,7 @@ class ReportingAgent(LocalElasticAgent):
             first = min(result.failures.values(), key=lambda f: f.timestamp)
             handler.report_worker_failure(first.exitcode, float(first.timestamp))
         elif result.state == WorkerState.SUCCEEDED:
+            WORKERS_SUCCEEDED.set()
             handler.report_local_success()
         return result
 
@@ -59,7 +74,28 @@ def main(argv: Sequence[str] | None = None) -> None:
     # launch_agent() builds its agent from this module attribute: the one seam torchrun offers.
     launcher_api.LocalElasticAgent = ReportingAgent  # type: ignore[misc]
     with exit_recorded():
-        torchrun_main(with_defaults(sys.argv[1:] if argv is None else argv))
+        try:
+            torchrun_main(with_defaults(sys.argv[1:] if argv is None else argv))
+        except QUIET_ENDS as err:
+            lines, code = quiet_end(err, WORKERS_SUCCEEDED.is_set())
+            for line in lines:
+                print(f"elastic agent: {line}", file=sys.stderr, flush=True)
+            if code:
+                raise SystemExit(code) from None
+
+
+def quiet_end(error: BaseException, workers_succeeded: bool) -> tuple[list[str], int]:
+    """The lines an expected end prints (itself and the expected end it interrupted) and the exit code."""
+    lines, seen = [], error
+    while isinstance(seen, QUIET_ENDS):
+        if isinstance(seen, SignalException):
+            lines.append(f"stopped by signal {signal.Signals(seen.sigval).name}")
+        else:
+            lines.append(str(seen))
+        seen = seen.__context__
+    if workers_succeeded and isinstance(error, SignalException):
+        return [*reversed(lines[1:]), "stopped while leaving, after its workers finished with exit 0"], 0
+    return list(reversed(lines)), 1
 
 
 if __name__ == "__main__":

@@ -223,7 +223,8 @@ class JobRun:
 
     def permanent_failure(self, incident: Incident) -> Closed:
         text = incident.decision.reason_text if incident.decision else incident.reason
-        return Closed(FAIL_JOB_RULE, f"permanent failure: {text}", time.time())
+        member = incident.cause.worker if incident.cause else None
+        return Closed(FAIL_JOB_RULE, f"permanent failure: {text}", time.time(), member)
 
     def announce_departure(self, state: JobState, member_id: str, reason: str, round_number: int) -> None:
         """Say why a member is about to leave (the controller scaling down), before it is stopped."""

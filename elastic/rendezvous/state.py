@@ -131,13 +131,15 @@ class Closed:
     reason: str
     message: str
     at: float = 0.0
+    member: str | None = None  # the member (or worker) whose failure closed it, when one did (FailJobRule)
 
     @property
     def succeeded(self) -> bool:
         return self.reason == "Succeeded"
 
     def to_json(self) -> dict[str, Any]:
-        return {"reason": self.reason, "message": self.message, "at": self.at}
+        record = {"reason": self.reason, "message": self.message, "at": self.at}
+        return record if self.member is None else {**record, "member": self.member}
 
 
 @dataclass(frozen=True)

@@ -125,6 +125,14 @@ class JobKeys:
         """Where a worker's agent records its own exit code, for a controller that did not start it."""
         return self.worker_exits_prefix + worker_id
 
+    @functools.cached_property
+    def logs_prefix(self) -> str:
+        return self.prefix + "logs/"
+
+    def log(self, worker_id: str) -> str:
+        """Where a local worker's log file is recorded; kept after the worker ends (`elastic logs`, the root
+        cause of a failed job), unlike `workers/<name>`, which is dropped once its end was handled."""
+        return self.logs_prefix + worker_id
 
 
 def job_keys_prefix() -> str:

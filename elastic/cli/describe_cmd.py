@@ -1,0 +1,90 @@
+"""`elastic describe JOB`: one job in full, as `kubectl describe` tells an object's story.
+
+The spec in short, the status, the conditions, every charge of the restart budget (reason, cause, exit
+code, round, time), the workers' logs, the failing worker's last lines, and an events timeline. Locally
+there is no event store: the timeline is derived from the conditions' last transitions and the charges,
+and says no more than those records do.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+
+from elastic.cli.common import add_etcd_option, connect
+from elastic.cli.show import age, columns, root_cause_lines
+from elastic.controller.inspect import JobReport, find_job, read_report, timeline
+from elastic.controller.status import timestamp
+from elastic.errors import PermanentError
+from elastic.store import JobKeys
+
+
+def register(verbs: argparse._SubParsersAction) -> None:
+    describe = verbs.add_parser("describe", help="show one job in full: spec, conditions, budget, events",
+                                description=__doc__.split("\n\n")[0])
+    describe.add_argument("job", help="namespace/name or name")
+    add_etcd_option(describe)
+    describe.set_defaults(run=describe_cmd)
+
+
+def describe_cmd(args: argparse.Namespace) -> int:
+    keys = JobKeys.parse(args.job)
+    with connect(args) as store:
+        job = find_job(store, keys)
+        if job is None:
+            raise PermanentError(f"no job {keys.namespace}/{keys.name} in etcd at {args.etcd}")
+        report = read_report(store, job)
+    print("\n".join(describe(report)))
+    return 0
+
+
+def describe(report: JobReport) -> list[str]:
+    """The text of `elastic describe` (pure: the report holds everything)."""
+    job, status, budget = report.job, report.status, report.state.budget
+    spec = job.spec
+    progress = status.get("progress", {})
+    lines = [
+        f"Name:          {job.metadata.name}",
+        f"Namespace:     {job.metadata.namespace}",
+        f"Run:           {job.metadata.uid or '-'}",
+        f"Phase:         {status.get('phase', 'Pending')}" + (f" ({status['reason']})" if status.get("reason") else ""),
+        f"Message:       {status.get('message', '-')}",
+        f"Start Time:    {status.get('startTime', '-')}",
+        f"Completed:     {status.get('completionTime', '-')}",
+        f"Age:           {age(status)}",
+        "Spec:",
+        f"  Replicas:    {spec.replicas if spec.replicas is not None else '-'} (min {spec.min_replicas}, "
+        f"max {spec.max_replicas}), nprocPerNode {spec.nproc_per_node}",
+        f"  Worker:      {' '.join([*spec.worker.command, *spec.worker.args])}",
+        f"  Policies:    restartPolicy {spec.restart_policy.value}, successPolicy {spec.success_policy.value}, "
+        f"maxRestarts {spec.failure_policy.max_restarts}, {len(spec.failure_policy.rules)} failure rule(s)",
+        "Status:",
+        f"  Round:       {status.get('round', '-')} (world size {status.get('worldSize', '-')})",
+        f"  Replicas:    {status.get('replicasText', '-')} (active/desired)",
+        f"  Restarts:    {status.get('restartsText', '-')} (used/max)",
+        "  Progress:    " + (f"step {progress['step']}, loss {progress.get('loss', float('nan')):.4f}"
+                             if "step" in progress else "-"),
+        "Conditions:",
+        *_table(("TYPE", "STATUS", "REASON", "LAST TRANSITION", "MESSAGE"),
+                [(c.get("type", ""), c.get("status", ""), c.get("reason", ""), c.get("lastTransitionTime", ""),
+                  c.get("message", "")) for c in status.get("conditions", [])]),
+    ]  # fmt: skip
+    charges = budget.charges if budget else ()
+    used = f"{budget.used} charged, maxRestarts {budget.max}" if budget else "no run yet"
+    lines += [f"Budget:        {used}",
+              *_table(("ROUND", "REASON", "EXIT CODE", "TIME", "CAUSE"),
+                      [(str(c.round), c.reason, "-" if c.exit_code is None else str(c.exit_code), timestamp(c.at),
+                        c.cause) for c in charges])]  # fmt: skip
+    lines += ["Workers:", *_table(("WORKER", "STARTED", "LOG"),
+                                  [(w.worker, timestamp(w.started_at), w.path) for w in report.logs])]
+    cause = root_cause_lines(report, include_restarts=True)
+    if cause:
+        lines += ["Last Failure:", *(f"  {line}" for line in cause)]
+    events = timeline(status, charges, timestamp)
+    lines += ["Events:", *_table(("TIME", "TYPE", "REASON", "MESSAGE"),
+                                 [(e.at, e.kind, e.reason, e.message) for e in events])]
+    return lines
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    return columns(header, rows, "  ") if rows else ["  <none>"]

@@ -1,0 +1,72 @@
+"""Printing what several verbs show about a job: its root cause, its age, the controller hint."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from elastic.codec import leader_holder
+from elastic.controller.inspect import JobReport, failed_worker_log, tail
+from elastic.controller.status import parse_timestamp
+from elastic.store import Store
+from elastic.store.keys import controller_leader_key
+
+ROOT_CAUSE_LINES = 10
+
+
+def root_cause_lines(report: JobReport, lines: int = ROOT_CAUSE_LINES, include_restarts: bool = False) -> list[str]:
+    """The failing worker's log path and its last lines (where the Python error is), or [] if none failed."""
+    found = failed_worker_log(report, include_restarts)
+    if found is None:
+        return []
+    last = tail(found.path, lines)
+    head = f"worker {found.worker} log: {found.path}"
+    if not last:
+        return [f"{head} (not readable here: 'elastic logs {report.job.key} --worker {found.worker}' on its machine)"]
+    return [f"{head} (last {len(last)} lines):", *(f"  | {line}" for line in last)]
+
+
+def age(status: dict[str, Any], now: float | None = None) -> str:
+    """kubectl's AGE, from the time a controller took the job up (status.startTime): 45s, 12m, 3h, 2d."""
+    start = status.get("startTime")
+    if not isinstance(start, str):
+        return "-"
+    try:
+        seconds = max(int((now or time.time()) - parse_timestamp(start)), 0)
+    except ValueError:
+        return "-"
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
+def controller_leading(store: Store) -> dict[str, Any] | None:
+    """What the leader key (the local controllers' heartbeat: it lives on the leader's 5 s lease) says about
+    the acting controller; None when no controller runs against this etcd."""
+    entry = store.get(controller_leader_key())
+    if entry is None:
+        return None
+    holder, info = leader_holder(entry.key, entry.value)
+    return {**info, "holder": holder}
+
+
+def warn_without_controller(store: Store, endpoints: str, what: str) -> None:
+    """One `warning:` line when nothing will act on a job, or only an `elastic run` busy with its own."""
+    leader = controller_leading(store)
+    if leader is None:
+        print(f"warning: no controller is running against {endpoints} (no leader key {controller_leader_key()}): "
+              f"{what} once one runs: elastic controller --etcd {endpoints}", file=sys.stderr)
+    elif leader.get("role") == "run":
+        print(f"warning: the acting controller is an 'elastic run' ({leader['holder']}), which runs only its own "
+              f"job: {what} after it ends, under an 'elastic controller --etcd {endpoints}' (one standing by "
+              "takes over then)", file=sys.stderr)
+
+
+def columns(header: Sequence[str], rows: Sequence[Sequence[str]], indent: str = "") -> list[str]:
+    """Rows aligned under a header, as kubectl prints tables."""
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    return [indent + "  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip()
+            for r in [header, *rows]]  # fmt: skip
