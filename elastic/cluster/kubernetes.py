@@ -289,6 +289,16 @@ def waiting_reason(pod: dict[str, Any]) -> str | None:
     return None
 
 
+def _worker_ended(pod: dict[str, Any]) -> bool:
+    """The worker container has terminated, whatever the pod's phase: a template's sidecar (a plain container,
+    not a native sidecar, i.e. an init container with restartPolicy Always) keeps the pod Running after
+    training ended, and the worker's end must be seen then, not when someone stops the sidecar."""
+    for status in pod.get("status", {}).get("containerStatuses") or []:
+        if status.get("name") == CONTAINER:
+            return bool((status.get("state") or {}).get("terminated"))
+    return False
+
+
 def observe_pod(pod: dict[str, Any], stopping: bool) -> WorkerObservation:
     """One pod (as the API returns it, camelCase JSON) as a worker observation (pure)."""
     metadata, status = pod["metadata"], pod.get("status", {})
@@ -296,7 +306,8 @@ def observe_pod(pod: dict[str, Any], stopping: bool) -> WorkerObservation:
     started_at = _parse_time(metadata.get("creationTimestamp"))
     phase = status.get("phase", "Pending")
     never_ran = bool(metadata.get("deletionTimestamp")) and not pod.get("spec", {}).get("nodeName")
-    if phase in ("Pending", "Running") and not never_ran:  # (deleted before it was scheduled: it never runs)
+    if phase in ("Pending", "Running") and not never_ran and not _worker_ended(pod):
+        # (deleted before it was scheduled: it never runs; its worker ended: a sidecar may keep the pod Running)
         ready, waiting, pending = _ready(pod), waiting_reason(pod), phase == "Pending"
         return WorkerObservation(name, True, None, None, started_at, stopping, ready=ready, waiting=waiting,
                                  pending=pending)  # fmt: skip

@@ -18,7 +18,7 @@ import pytest
 import yaml
 from fake_api import FakeApiServer, rbac_allows
 from kubernetes import client
-from test_kube_workers import RBAC, Harness, pod
+from test_kube_workers import RBAC, Harness, _until, pod
 
 from elastic.cluster.base import WorkerLaunch, WorkerStartError
 from elastic.cluster.kubernetes import CONTAINER_SECURITY, KubernetesWorkers, exit_reason, observe_pod, pod_manifest
@@ -245,6 +245,18 @@ def test_a_job_without_any_image_fails_instead_of_stopping_the_controller(harnes
     assert status["reason"] == "WorkerStartFailed" and "spec.worker.image" in status["message"], status
 
 
+def test_a_worker_that_ends_beside_a_running_sidecar_is_handled_and_its_pod_stopped(harness) -> None:
+    sidecar = {"name": "proxy", "image": "example/proxy:1"}
+    h = harness(worker={"command": ["python", "train.py"], "image": "example/train:1",
+                        "template": {"spec": {"containers": [sidecar]}}})  # fmt: skip
+    _, second = h.start_training()
+    h.fake.set_pod(second, "Running", 1)  # the worker exited 1; the proxy sidecar still runs
+    status = h.step()
+    assert status["lastFailure"]["exitCode"] == 1 and h.budget()["used"] == 1
+    assert (second, 15) in h.fake.deletions  # deleted gracefully: the sidecar gets its SIGTERM
+    _until(lambda: second not in h.pods())
+
+
 def test_stopping_a_worker_gives_it_the_templates_grace_period(fake: FakeApiServer, core) -> None:
     job = parse_job(doc(name="gp", template={"spec": {"terminationGracePeriodSeconds": 120}}))
     workers = KubernetesWorkers(core, job)
@@ -274,11 +286,13 @@ INIT_CASES = [
                                                 "reason": "PreemptionByScheduler"}]), 143, "DisruptionTarget",
                  id="a preemption during init is a disruption"),
     pytest.param(pod("Failed", 2), 2, None, id="the worker's own exit is the worker's (no init container)"),
+    pytest.param(pod("Running", 1), 1, None, id="a worker that ended while a sidecar keeps its pod Running"),
+    pytest.param(pod("Running", 137, "OOMKilled"), 137, "OOMKilled", id="the same, killed for memory"),
 ]  # fmt: skip
 
 
 @pytest.mark.parametrize(("pod_json", "code", "reason"), INIT_CASES)
-def test_a_pod_whose_init_container_failed_is_classified(pod_json: dict, code: int, reason: str | None) -> None:
+def test_how_a_pod_ended_is_classified(pod_json: dict, code: int, reason: str | None) -> None:
     seen = observe_pod(pod_json, stopping=False)
     assert (seen.alive, seen.exit_code, seen.reason) == (False, code, reason)
     assert exit_reason(pod_json) == reason
