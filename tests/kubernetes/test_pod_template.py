@@ -14,6 +14,7 @@ import copy
 import sys
 from typing import Any
 
+import kubernetes_validate
 import pytest
 import yaml
 from fake_api import FakeApiServer, rbac_allows
@@ -24,6 +25,7 @@ from elastic.cluster.base import WorkerLaunch, WorkerStartError
 from elastic.cluster.kubernetes import CONTAINER_SECURITY, KubernetesWorkers, exit_reason, observe_pod, pod_manifest
 from elastic.spec import SpecError, parse_job
 
+K8S_VERSION = "1.31"  # as tests/deploy validates the manifests
 SHM = {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "8Gi"}}
 TEMPLATE: dict[str, Any] = {
     "metadata": {"labels": {"team": "vision"}, "annotations": {"example.com/owner": "alice"}},
@@ -148,6 +150,14 @@ SECURITY = [
 @pytest.mark.parametrize(("template", "expected"), SECURITY)
 def test_defaults_fill_only_what_the_template_leaves_unsaid(template: dict | None, expected: tuple) -> None:
     assert _defaults(manifest(copy.deepcopy(template))) == expected
+
+
+@pytest.mark.parametrize("template", [pytest.param(TEMPLATE, id="every kind of template field"), *(
+    pytest.param(case.values[0], id=case.id) for case in SECURITY)])  # fmt: skip
+def test_every_pod_built_is_a_valid_pod_for_kubernetes(template: dict | None) -> None:
+    """Kubernetes' own Pod schema, strict (no unknown or misspelt field): the fake checks none of it."""
+    built = manifest(copy.deepcopy(template), image=None) if template is TEMPLATE else manifest(copy.deepcopy(template))
+    kubernetes_validate.validate(built, K8S_VERSION, strict=True)
 
 
 def test_the_controller_owns_restart_policy_labels_and_the_worker_command() -> None:

@@ -14,6 +14,7 @@ created and observed through the API, never run.
 
 from __future__ import annotations
 
+import copy
 import time
 import uuid
 from collections.abc import Iterator
@@ -134,3 +135,31 @@ def test_a_finalizer_holds_a_deleted_pod_until_it_is_taken_off(cluster) -> None:
     assert core.read_namespaced_pod("held", namespace).metadata.deletion_timestamp is not None
     core.patch_namespaced_pod("held", namespace, [{"op": "replace", "path": "/metadata/finalizers", "value": []}])
     _until(lambda: not [p for p in core.list_namespaced_pod(namespace).items if p.metadata.name == "held"])
+
+
+def _templates() -> list[Any]:
+    from test_pod_template import SECURITY, TEMPLATE  # the fake's cases, against the real server
+
+    # (admission refuses a pod naming a service account or PriorityClass that does not exist: none here)
+    template = copy.deepcopy(TEMPLATE)
+    for absent in ("serviceAccountName", "priorityClassName"):
+        template["spec"].pop(absent)
+    return [pytest.param(template, id="every kind of template field"), *(
+        pytest.param(case.values[0], id=case.id) for case in SECURITY)]  # fmt: skip
+
+
+@pytest.mark.parametrize("template", _templates())
+def test_worker_pods_built_from_a_template_are_accepted(cluster, template: dict[str, Any] | None) -> None:
+    """The securityContext defaults never make a pod the server refuses (privileged or SYS_ADMIN beside
+    allowPrivilegeEscalation false), and the template survives the CRD's pruning; server-side dry runs."""
+    kubernetes, api, namespace = cluster
+    worker: dict[str, Any] = {"command": ["python", "t.py"], "template": template}
+    if template is None or "image" not in str((template.get("spec") or {}).get("containers")):
+        worker["image"] = "i"
+    job = _job("tpl", worker={k: v for k, v in worker.items() if v is not None})
+    custom = kubernetes.client.CustomObjectsApi(api)
+    stored = custom.create_namespaced_custom_object(G, V, namespace, P, job, dry_run="All")
+    assert stored["spec"]["worker"].get("template") == template
+    parsed = parse_job({**job, "metadata": {"name": "tpl", "namespace": namespace, "uid": str(uuid.uuid4())}})
+    pod = pod_manifest(parsed, namespace, WorkerLaunch("tpl-ffff", ["python"], {}), 1)
+    kubernetes.client.CoreV1Api(api).create_namespaced_pod(namespace, pod, dry_run="All")
