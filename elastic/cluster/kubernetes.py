@@ -33,6 +33,7 @@ import json
 import logging
 import sys
 import time
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
@@ -44,6 +45,7 @@ from elastic.spec import ElasticJob, PodTemplate
 log = logging.getLogger(__name__)
 
 STOP_GRACE_SECONDS = 15
+EXPECTATION_SECONDS = 30.0  # how long a created pod may be missing from the informer's cache
 CONTAINER = "worker"
 JOB_LABEL = "elastic.dev/job"
 WORKER_LABEL = "elastic.dev/worker"
@@ -319,13 +321,23 @@ def observe_pod(pod: dict[str, Any], stopping: bool) -> WorkerObservation:
 class KubernetesWorkers:
     """The WorkerSet of one ElasticJob on Kubernetes."""
 
-    def __init__(self, core_api: CoreV1Api, job: ElasticJob, namespace: str | None = None) -> None:
+    def __init__(
+        self,
+        core_api: CoreV1Api,
+        job: ElasticJob,
+        namespace: str | None = None,
+        pods: Callable[[], list[dict[str, Any]]] | None = None,
+    ) -> None:
+        """`pods`: every worker pod the controller's informer holds (its cache, no API request); None: list
+        this job's pods from the API server at each observation (tests, tools)."""
         self.api = core_api
         self.job = job
+        self.pods = pods
         self.namespace = namespace or job.metadata.namespace
         self.selector = job_selector(job.metadata.name)
         self.grace = grace_seconds(job)
         self._known: dict[str, float] = {}  # worker -> started_at, for pods that vanish
+        self._expected: dict[str, float] = {}  # created here, not seen listed yet -> when (monotonic)
         self._stopping: set[str] = set()
         self._forgotten: set[str] = set()  # forgotten workers whose pods may still be listed while deleted
         self._incarnation = 0
@@ -342,8 +354,14 @@ class KubernetesWorkers:
 
     def _list(self) -> list[dict[str, Any]]:
         """This job's pods: selected by label, kept only if this job (this uid) is their controller."""
-        response = self.api.list_namespaced_pod(self.namespace, label_selector=self.selector, _preload_content=False)
-        return [pod for pod in json.loads(response.data).get("items") or [] if owned_by(pod, self.job.metadata.uid)]
+        if self.pods is not None:
+            listed = [p for p in self.pods() if p["metadata"].get("namespace") == self.namespace]
+        else:
+            response = self.api.list_namespaced_pod(
+                self.namespace, label_selector=self.selector, _preload_content=False
+            )
+            listed = json.loads(response.data).get("items") or []
+        return [pod for pod in listed if owned_by(pod, self.job.metadata.uid)]
 
     def _adopt(self, pod: dict[str, Any]) -> None:
         labels = pod["metadata"].get("labels", {})
@@ -365,6 +383,7 @@ class KubernetesWorkers:
                 raise
             log.info("pod %s/%s exists already (an earlier create went through): adopted", self.namespace, launch.name)
         self._known[launch.name] = time.time()
+        self._expected[launch.name] = time.monotonic()
         self._forgotten.discard(launch.name)
         log.info("created pod %s/%s (incarnation %d)", self.namespace, launch.name, self._incarnation)
 
@@ -380,12 +399,23 @@ class KubernetesWorkers:
             started_at = observation.started_at or self._known[observation.name]
             result.append(dataclasses.replace(observation, started_at=started_at, stopping=stopping))
         for name, started_at in self._known.items():
-            if name not in seen:  # gone: deleted as asked, or lost with its node
+            if name in seen:
+                self._expected.pop(name, None)
+            elif self._awaited(name):  # created, not in the informer's cache yet: pending, not lost
+                result.append(WorkerObservation(name, True, None, None, started_at, False, ready=False))
+            else:  # gone: deleted as asked, or lost with its node
                 stopping = name in self._stopping
                 result.append(
                     WorkerObservation(name, False, None, None if stopping else NODE_LOST, started_at, stopping)
                 )
         return result
+
+    def _awaited(self, name: str) -> bool:
+        """A pod this controller created that the cache has not shown yet (client-go's "expectations"): a
+        watch delivers it a moment after the create; only past EXPECTATION_SECONDS is it taken for lost."""
+        created = self._expected.get(name)
+        cached = self.pods is not None  # a list straight from the API server shows every pod it created
+        return cached and created is not None and time.monotonic() - created < EXPECTATION_SECONDS
 
     def _delete(self, name: str, grace: int) -> None:
         try:
@@ -427,7 +457,7 @@ class KubernetesWorkers:
             raise
         return json.loads(response.data)
 
-    def _release(self, pod: dict[str, Any]) -> None:
+    def _release(self, pod: dict[str, Any], fresh: bool = True) -> None:
         """Take the tracking finalizer off (only ours: others' finalizers stay), if the pod has it."""
         finalizers, tracking = pod["metadata"].get("finalizers") or [], TRACKING_FINALIZER
         if tracking not in finalizers:
@@ -441,8 +471,13 @@ class KubernetesWorkers:
         try:
             self.api.patch_namespaced_pod(pod["metadata"]["name"], self.namespace, patch, _preload_content=False)
         except ApiException as err:
-            if err.status not in (404, 409, 422):  # gone, or changed: the next pass releases it from a fresh read
+            if err.status == 404:
+                return
+            if err.status not in (409, 422) or not fresh:
                 raise
+            current = self._get(pod["metadata"]["name"])  # changed since it was read (a cache lags): again
+            if current is not None:
+                self._release(current, fresh=False)
 
     def release_all(self) -> None:
         """The job is gone (deleted, or its pods orphaned): no finalizer of ours may keep its pods."""

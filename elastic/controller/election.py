@@ -81,11 +81,12 @@ class Election:
         role: str = "controller",
         ttl: int = LEADER_LEASE_SECONDS,
         on_change: Callable[[str], None] | None = None,
+        key: str | None = None,
     ) -> None:
         self.store = store
         self.role = role
         self.ttl = ttl
-        self.key = controller_leader_key()
+        self.key = key or controller_leader_key()
         self.holder = default_holder(role)
         self._on_change = on_change
         self._keeper: LeaseKeeper | None = None

@@ -2,45 +2,61 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import socket
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from functools import partial
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from kubernetes import config
-from kubernetes.client import ApiClient, CoordinationV1Api, CoreV1Api, CustomObjectsApi
+from kubernetes.client import ApiClient, ApiException, CoordinationV1Api, CoreV1Api, CustomObjectsApi
 
 from elastic.cluster.kubernetes import KubernetesWorkers
 from elastic.codec import CorruptValueError, decode_json_object
 from elastic.controller.election import Election
+from elastic.controller.informer import Informer, object_key
 from elastic.controller.kube_leadership import FencedWorkers, KubeLeadership, exit_on_loss
 from elastic.controller.kube_status import KubeStatus
 from elastic.controller.leader import LEASE_NAME, KubernetesLeases, LeaderElector
 from elastic.controller.loop import JobController
 from elastic.controller.status import FINAL_PHASES
-from elastic.errors import NotLeaderError, PermanentError
+from elastic.controller.workqueue import WorkQueue
+from elastic.errors import ElasticError, NotLeaderError, PermanentError
 from elastic.spec import ElasticJob, parse_job
 from elastic.spec.crd import GROUP, PLURAL, VERSION
 from elastic.store import Delete, JobKeys, ModRevisionIs, Put, Store
 from elastic.store.fenced import FencedStore
+from elastic.store.keys import controller_leader_key
 
 log = logging.getLogger(__name__)
+
+
+JOB_FINALIZER = "elastic.dev/cleanup"  # on each ElasticJob: its etcd keys go before the object does
+ACTIVE_REQUEUE_SECONDS = 1.0  # a running job is reconciled again this often (its rounds live in etcd)
+RESYNC_SECONDS = 300.0  # every cached job once more, for an event that might have been lost
+_WORKER_PODS = "elastic.dev/job"  # label selector: every pod of every ElasticJob
 
 
 class KubernetesControllerManager:
     """`elastic controller --backend kubernetes`: ElasticJobs from the API server, run state in etcd.
 
-    Only the leader acts (kube_leadership.py): the Lease is renewed on its own thread, each step asks
-    for the fenced store of the etcd epoch, and every etcd write of the step goes through it (a replica
-    deposed mid-step gets `NotLeaderError` and writes nothing). The leader copies each ElasticJob's spec
-    into etcd (run id = the object's uid, so a re-created job never joins a stale run; `kubectl scale`/`edit`
-    reach the JobController through the etcd spec), then steps one JobController per job with
-    `KubernetesWorkers` (each pod write checked against the epoch first), and publishes each status with
-    `KubeStatus`.
-    A new leader adopts the pods it finds (their labels say which worker of which job they are).
+    Reads come from two informers (informer.py): the ElasticJobs and every worker pod, each listed once and
+    then followed by a watch, so a pass makes no list request at all; a change enqueues its job in a work
+    queue (workqueue.py), and a running job is queued again every ACTIVE_REQUEUE_SECONDS for what happens
+    in etcd. One job's handling never stops another's: an API error for a job (403 from Pod Security, 409,
+    422, 429, 5xx) becomes a `ReconcileError` condition and a Warning event on that job, and the job is
+    retried after a growing delay.
+
+    Only the leader acts (kube_leadership.py): each pass asks for the fenced store of the etcd epoch and
+    every etcd write goes through it. The ElasticJob object is the only truth for the spec: it is mirrored
+    into etcd for the agents (their failure rules), and never read back from there. Each job carries the
+    `elastic.dev/cleanup` finalizer: `kubectl delete` stops its workers, removes its etcd keys, then lets the
+    object go; a job being deleted is not reconciled any more.
     """
 
     def __init__(
@@ -60,21 +76,176 @@ class KubernetesControllerManager:
         self.custom = CustomObjectsApi(api_client)
         leases = KubernetesLeases(CoordinationV1Api(api_client), timeout=lease_seconds / 5)
         self.elector = LeaderElector(leases, lease_namespace, identity, lease_seconds)
-        self.leadership = KubeLeadership(self.elector, Election(store, role="kubernetes-controller"), on_lost)
+        election = Election(store, role="kubernetes-controller", key=controller_leader_key("kubernetes"))
+        self.leadership = KubeLeadership(self.elector, election, on_lost)
         self._acting_as: FencedStore | None = None
         self.watch_namespace = watch_namespace
+        self.queue = WorkQueue()
+        self._seen: dict[tuple[str, str], tuple[Any, ...]] = {}  # what of each job last queued it
+        self.jobs = self._job_informer()
+        self.pods = self._pod_informer()
         self.controllers: dict[str, tuple[JobController, FencedWorkers, KubeStatus]] = {}
         self.finished: set[str] = set()  # `namespace/name/uid` of jobs already wound down
+        self._resynced = time.monotonic()
 
-    def _list_jobs(self) -> list[dict[str, Any]]:
+    def _job_informer(self) -> Informer:
+        enqueue = self._enqueue_job
         if self.watch_namespace:
-            listed = self.custom.list_namespaced_custom_object(GROUP, VERSION, self.watch_namespace, PLURAL)
+            return Informer(self.custom.list_namespaced_custom_object, enqueue, GROUP, VERSION, self.watch_namespace,
+                            PLURAL)  # fmt: skip
+        return Informer(self.custom.list_cluster_custom_object, enqueue, GROUP, VERSION, PLURAL)
+
+    def _pod_informer(self) -> Informer:
+        enqueue = self._enqueue_pods_job
+        if self.watch_namespace:
+            return Informer(self.core.list_namespaced_pod, enqueue, self.watch_namespace, label_selector=_WORKER_PODS)
+        return Informer(self.core.list_pod_for_all_namespaces, enqueue, label_selector=_WORKER_PODS)
+
+    def _enqueue_job(self, obj: dict[str, Any]) -> None:
+        """A job changed: queue it, unless only its status did (controller-runtime's generation predicate).
+        The status is this controller's own write; reacting to it would bypass a failing job's backoff."""
+        key = object_key(obj)
+        meta = obj.get("metadata") or {}
+        seen = (meta.get("uid"), meta.get("generation"), bool(meta.get("deletionTimestamp")),
+                tuple(meta.get("finalizers") or ()), self.jobs.get(*key) is None)  # fmt: skip
+        if self._seen.get(key) != seen:
+            self._seen[key] = seen
+            self.queue.add(key)
+
+    def _enqueue_pods_job(self, pod: dict[str, Any]) -> None:
+        job = ((pod.get("metadata") or {}).get("labels") or {}).get(_WORKER_PODS)
+        if job:
+            self.queue.add((pod["metadata"].get("namespace") or "", job))
+
+    # --- lifecycle ---
+
+    def ready(self) -> bool:
+        """Both caches hold their first list: this replica can act as soon as it leads (/readyz)."""
+        return self.jobs.wait_synced(0) and self.pods.wait_synced(0)
+
+    def start(self) -> KubernetesControllerManager:
+        """Start renewing (or trying to take) the Lease, and the informers, each on its own thread."""
+        self.leadership.start()
+        self.jobs.start()
+        self.pods.start()
+        return self
+
+    def close(self) -> None:
+        """Stop renewing, give the etcd epoch and the Lease up: another replica takes over at once."""
+        self.jobs.stop()
+        self.pods.stop()
+        self.leadership.close()
+
+    def __enter__(self) -> KubernetesControllerManager:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def run_forever(self, wait: float = 1.0) -> None:
+        with self:
+            while True:
+                self.step(wait)
+
+    # --- passes ---
+
+    def step(self, wait: float = 0.0) -> bool:
+        """One pass: every job queued now (waiting up to `wait` for one); False while this replica does not
+        act (another leads, or it was deposed mid-pass)."""
+        fenced = self.leadership.lead()
+        if fenced is not self._acting_as:  # a new term, or none: controllers of an old term must not act
+            self.controllers.clear()  # the leader owns the pods; nothing is stopped here
+            self._acting_as = fenced
+            if fenced is not None:
+                self._resync()
+        if fenced is None:
+            time.sleep(min(wait, 0.2))
+            return False
+        if not (self.jobs.wait_synced(10) and self.pods.wait_synced(10)):
+            return False  # an empty cache is not "no jobs": act once the first lists are in
+        if time.monotonic() - self._resynced > RESYNC_SECONDS:
+            self._resync()
+        try:
+            key = self.queue.get(wait)
+            while key is not None:
+                self._handle(key, fenced)
+                key = self.queue.get(0)
+        except NotLeaderError as err:
+            log.warning("%s", err)
+            self.controllers.clear()
+            return False
+        return True
+
+    def _resync(self) -> None:
+        self._resynced = time.monotonic()
+        for obj in self.jobs.items():  # every cached job, changed or not: the safety net for a lost event
+            self.queue.add(object_key(obj))
+        for key in list(self.controllers):  # jobs deleted while nobody watched
+            namespace, name = key.split("/", 1)
+            self.queue.add((namespace, name))
+
+    def _handle(self, key: Hashable, store: FencedStore) -> None:
+        try:
+            self._reconcile(key, store)  # type: ignore[arg-type]
+            self.queue.forget(key)
+        except NotLeaderError:
+            raise
+        except ApiException as err:  # this job's trouble, not the controller's: say so on the job, retry it
+            delay = self.queue.retry(key)
+            self._report(key, err, delay)  # type: ignore[arg-type]
+        except ElasticError as err:
+            delay = self.queue.retry(key)
+            log.warning("job %s/%s: %s; retrying in %.1f s", *key, err, delay)  # type: ignore[misc]
+        finally:
+            self.queue.done(key)
+
+    def _reconcile(self, key: tuple[str, str], store: FencedStore) -> None:
+        namespace, name = key
+        job_key = f"{namespace}/{name}"
+        obj = self.jobs.get(namespace, name)
+        if obj is None:  # gone from the API: its pods go with it (owner reference); none keeps our finalizer
+            entry = self.controllers.pop(job_key, None)
+            if entry is not None:
+                entry[1].workers.release_all()
+            return
+        meta = obj.get("metadata") or {}
+        if meta.get("deletionTimestamp"):
+            self._clean_up(job_key, obj, store)
+            return
+        if job_key in self.controllers and self.controllers[job_key][0].job.metadata.uid != meta.get("uid"):
+            del self.controllers[job_key]  # deleted and re-created under the same name
+        if job_key not in self.controllers and (obj.get("status") or {}).get("phase") in FINAL_PHASES:
+            return  # finished before: never run again, even after its keys in etcd expired
+        if f"{job_key}/{meta.get('uid')}" in self.finished:
+            return
+        job = self._sync(obj, store)
+        if job is None:
+            return
+        check = partial(self.leadership.check, store)  # before each pod or status write to the API server
+        if JOB_FINALIZER not in (meta.get("finalizers") or []):
+            check(f"adding the cleanup finalizer of {job_key}")
+            self._set_finalizers(obj, [*(meta.get("finalizers") or []), JOB_FINALIZER])
+        if job_key not in self.controllers:
+            workers = FencedWorkers(KubernetesWorkers(self.core, job, pods=self.pods.items), check)
+            status = KubeStatus(self.custom, self.core, job, obj.get("status") or None, instance=self.elector.identity)
+            controller = JobController(store, job, workers, self.endpoints, spec_from_store=False)
+            self.controllers[job_key] = (controller, workers, status)
+        controller, workers, kube_status = self.controllers[job_key]
+        controller.job = job  # the object's spec, this pass (kubectl scale/edit)
+        job_status = controller.step()
+        check(f"publishing the status of {job_key}")
+        kube_status.publish(job_status, meta.get("generation"))
+        if controller.done():
+            controller.finish()
+            workers.finish()
+            self.finished.add(f"{job_key}/{job.metadata.uid}")
+            del self.controllers[job_key]
         else:
-            listed = self.custom.list_cluster_custom_object(GROUP, VERSION, PLURAL)
-        return listed.get("items") or []
+            self.queue.add_after(key, ACTIVE_REQUEUE_SECONDS)
 
     def _sync(self, obj: dict[str, Any], store: Store) -> ElasticJob | None:
-        """The ElasticJob as the controller runs it, its spec written to etcd when new or changed."""
+        """The ElasticJob as the controller runs it, its spec mirrored into etcd (for the agents' failure
+        rules) when new or changed. Never read back: etcd is not where a pod's command comes from."""
         meta = obj.get("metadata") or {}
         try:
             job = parse_job(
@@ -99,77 +270,75 @@ class KubernetesControllerManager:
             store.put_json(keys.spec, wanted)
         return job
 
-    def step(self) -> bool:
-        """One pass; False while this replica does not act (another leads, or it was deposed mid-pass)."""
-        fenced = self.leadership.lead()
-        if fenced is not self._acting_as:  # a new term, or none: controllers of an old term must not act
-            self.controllers.clear()  # the leader owns the pods; nothing is stopped here
-            self._acting_as = fenced
-        if fenced is None:
-            return False
-        try:
-            self._step_jobs(fenced)
-        except NotLeaderError as err:
-            log.warning("%s", err)
-            self.controllers.clear()
-            return False
-        return True
-
-    def _step_jobs(self, store: FencedStore) -> None:
-        check = partial(self.leadership.check, store)  # before each pod or status write to the API server
-        jobs = {}
-        for obj in self._list_jobs():
-            meta = obj.get("metadata") or {}
-            key = f"{meta.get('namespace')}/{meta.get('name')}"
-            if key not in self.controllers and (obj.get("status") or {}).get("phase") in FINAL_PHASES:
-                continue  # finished before: never run again, even after its keys in etcd expired
+    def _clean_up(self, job_key: str, obj: dict[str, Any], store: FencedStore) -> None:
+        """`kubectl delete`: stop the workers, remove the job's etcd keys, then let the object go."""
+        meta = obj["metadata"]
+        if JOB_FINALIZER not in (meta.get("finalizers") or []):
+            return  # done already: the API server removes the object
+        entry = self.controllers.pop(job_key, None)
+        job = entry[0].job if entry else None
+        if job is None:
             job = self._sync(obj, store)
-            if job is not None:
-                jobs[job.key] = (job, obj)
-        for key in list(self.controllers):
-            if key not in jobs or self.controllers[key][0].job.metadata.uid != jobs[key][0].metadata.uid:
-                del self.controllers[key]  # deleted: its pods go with it (owner reference)
-        for key, (job, obj) in jobs.items():
-            done_key = f"{key}/{job.metadata.uid}"
-            if key not in self.controllers and done_key not in self.finished:
-                workers = FencedWorkers(KubernetesWorkers(self.core, job), check)
-                previous = obj.get("status") or None
-                status = KubeStatus(self.custom, self.core, job, previous, instance=self.elector.identity)
-                self.controllers[key] = (JobController(store, job, workers, self.endpoints), workers, status)
-        for key, (controller, workers, kube_status) in list(self.controllers.items()):
-            job_status = controller.step()
-            check(f"publishing the status of {key}")
-            kube_status.publish(job_status)
-            if controller.done():
-                controller.finish()
-                workers.finish()
-                self.finished.add(f"{key}/{controller.job.metadata.uid}")
-                del self.controllers[key]
+        if job is not None:
+            self.leadership.check(store, f"stopping the pods of {job_key}")
+            KubernetesWorkers(self.core, job).finish()
+            store.delete_prefix(JobKeys(job.metadata.namespace, job.metadata.name).prefix)
+        self.leadership.check(store, f"removing the cleanup finalizer of {job_key}")
+        self._set_finalizers(obj, [f for f in meta.get("finalizers") or [] if f != JOB_FINALIZER])
 
-    def start(self) -> KubernetesControllerManager:
-        """Start renewing (or trying to take) the Lease on its own thread."""
-        self.leadership.start()
-        return self
+    def _set_finalizers(self, obj: dict[str, Any], finalizers: list[str]) -> None:
+        """A merge patch (a custom resource's list is replaced whole) carrying the resourceVersion read: a
+        finalizer list is never written over a newer one (409, and the job is retried from a fresh cache)."""
+        meta = obj["metadata"]
+        patch = {"metadata": {"finalizers": finalizers or None, "resourceVersion": meta["resourceVersion"]}}
+        self.custom.patch_namespaced_custom_object(GROUP, VERSION, meta["namespace"], PLURAL, meta["name"], patch)
 
-    def close(self) -> None:
-        """Stop renewing, give the etcd epoch and the Lease up: another replica takes over at once."""
-        self.leadership.close()
+    def _report(self, key: tuple[str, str], err: ApiException, delay: float) -> None:
+        """An API error of one job, on that job: a ReconcileError condition and a Warning event."""
+        namespace, name = key
+        reason = _REASONS.get(err.status, "ApiError")
+        message = f"{err.status} {err.reason}: {_api_message(err)}; retrying in {delay:.0f} s"
+        log.warning("job %s/%s: %s", namespace, name, message)
+        obj = self.jobs.get(namespace, name)
+        if obj is None:
+            return
+        entry = self.controllers.get(f"{namespace}/{name}")
+        if entry is not None:
+            status = entry[2]
+        else:
+            job = self._parsed(obj)
+            if job is None:
+                return
+            status = KubeStatus(self.custom, self.core, job, obj.get("status") or None, self.elector.identity)
+        try:
+            status.report_error(reason, message)
+        except ApiException as again:  # the API server refuses even that: the log line is all there is
+            log.warning("job %s/%s: could not report %s: %s", namespace, name, reason, again.reason)
 
-    def __enter__(self) -> KubernetesControllerManager:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def run_forever(self, period: float = 1.0) -> None:
-        with self:
-            while True:
-                self.step()
-                time.sleep(period)
+    @staticmethod
+    def _parsed(obj: dict[str, Any]) -> ElasticJob | None:
+        meta = obj.get("metadata") or {}
+        try:
+            return parse_job({"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"), "spec": obj.get("spec"),
+                              "metadata": {"name": meta.get("name"), "namespace": meta.get("namespace"),
+                                           "uid": meta.get("uid")}})  # fmt: skip
+        except Exception:
+            return None
 
 
-def run_kubernetes_controller(store: Store, endpoints: str) -> int:
-    """In a pod: in-cluster config, identity POD_NAME, Lease in POD_NAMESPACE; elsewhere: the kubeconfig."""
+_REASONS = {403: "Forbidden", 409: "Conflict", 422: "Invalid", 429: "TooManyRequests"}
+
+
+def _api_message(err: ApiException) -> str:
+    try:
+        return str(json.loads(err.body).get("message") or err.reason)[:300]
+    except (TypeError, ValueError, AttributeError):
+        return str(err.reason)
+
+
+def run_kubernetes_controller(store: Store, endpoints: str, health_port: int | None = None) -> int:
+    """In a pod: in-cluster config, identity POD_NAME, Lease in POD_NAMESPACE, ElasticJobs of
+    WATCH_NAMESPACE only when set (the namespaced install); elsewhere: the kubeconfig."""
     try:
         config.load_incluster_config()
     except config.ConfigException:
@@ -179,10 +348,37 @@ def run_kubernetes_controller(store: Store, endpoints: str) -> int:
             raise PermanentError(f"no Kubernetes API (not in a pod, and no usable kubeconfig): {err}") from err
     identity = f"{os.environ.get('POD_NAME') or socket.gethostname()}_{os.getpid()}"
     namespace = os.environ.get("POD_NAMESPACE", "elastic-system")
-    manager = KubernetesControllerManager(store, endpoints, ApiClient(), identity, namespace, on_lost=exit_on_loss)
-    print(f"controller {identity} watching ElasticJobs (lease {namespace}/{LEASE_NAME})", flush=True)
+    watched = os.environ.get("WATCH_NAMESPACE") or None
+    manager = KubernetesControllerManager(
+        store, endpoints, ApiClient(), identity, namespace, watch_namespace=watched, on_lost=exit_on_loss
+    )
+    if health_port is not None:
+        serve_health(health_port, manager.ready)
+    scope = f"namespace {watched}" if watched else "every namespace"
+    print(f"controller {identity} watching ElasticJobs in {scope} (lease {namespace}/{LEASE_NAME})", flush=True)
     manager.run_forever()
     return 0
+
+
+def serve_health(port: int, ready: Callable[[], bool]) -> ThreadingHTTPServer:
+    """`/healthz` (the process answers) and `/readyz` (its caches are synced: it can lead at once), as
+    controller-runtime serves them for the kubelet's probes; on its own thread."""
+
+    class Health(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            ok = self.path == "/healthz" or (self.path == "/readyz" and ready())
+            known = self.path in ("/healthz", "/readyz")
+            self.send_response(200 if ok else 503 if known else 404)
+            self.end_headers()
+            self.wfile.write(b"ok\n" if ok else b"not ready\n" if known else b"not found\n")
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("", port), Health)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, name="health", daemon=True).start()
+    return server
 
 
 def _stored_spec(key: str, value: bytes) -> dict[str, Any]:

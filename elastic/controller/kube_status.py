@@ -25,6 +25,7 @@ log = logging.getLogger(__name__)
 
 COMPONENT = "elastic-controller"
 RESTARTED = "Restarted"
+RECONCILE_ERROR = "ReconcileError"
 NORMAL, WARNING = "Normal", "Warning"
 
 
@@ -108,6 +109,19 @@ class KubeStatus:
             self.emit(event)
         self.last, self.generation = status, generation
         return True
+
+    def report_error(self, reason: str, message: str) -> None:
+        """An API error while reconciling this job: a `ReconcileError` condition and a Warning event. The
+        next published status (the error gone) drops the condition again."""
+        meta = self.job.metadata
+        now = _now().strftime("%Y-%m-%dT%H:%M:%SZ")
+        kept = [c for c in (self.last or {}).get("conditions") or [] if c.get("type") != RECONCILE_ERROR]
+        condition = {"type": RECONCILE_ERROR, "status": "True", "reason": reason, "message": message,
+                     "lastTransitionTime": now}  # fmt: skip
+        body = {"status": {"conditions": [*kept, condition]}}
+        self.custom.patch_namespaced_custom_object_status(GROUP, VERSION, meta.namespace, PLURAL, meta.name, body)
+        self.emit(JobEvent(WARNING, reason, message))
+        self.last = None  # the next publish writes the whole status again, without the condition
 
     def emit(self, event: JobEvent) -> None:
         meta = self.job.metadata

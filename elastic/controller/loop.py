@@ -48,10 +48,20 @@ class JobController:
     """Drives one ElasticJob until it is final and none of its workers runs."""
 
     def __init__(
-        self, store: Store, job: ElasticJob, workers: WorkerSet, endpoints: str, process_cap: int | None = None
+        self,
+        store: Store,
+        job: ElasticJob,
+        workers: WorkerSet,
+        endpoints: str,
+        process_cap: int | None = None,
+        spec_from_store: bool = True,
     ) -> None:
+        """`spec_from_store`: follow the spec in etcd (local and compose: `elastic scale` edits it there). On
+        Kubernetes the ElasticJob object is the only truth and its driver sets `job` each pass: a spec in
+        etcd, which anyone with etcd access can write, must never choose what a pod runs."""
         self.store = store
         self.job = job
+        self.spec_from_store = spec_from_store
         self.workers = workers
         self.endpoints = endpoints
         self.process_cap = process_cap  # the local machine's limit (None: workers run elsewhere, e.g. pods)
@@ -73,7 +83,7 @@ class JobController:
 
     def observe(self) -> Observed:
         state = self.run.read()
-        if state.spec is not None:  # `elastic scale` edits the spec in etcd
+        if state.spec is not None and self.spec_from_store:  # `elastic scale` edits the spec in etcd
             self.job = state.spec
         started = self.status.get("startTime")
         return Observed(

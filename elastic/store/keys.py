@@ -140,6 +140,7 @@ def job_keys_prefix() -> str:
     return ROOT + "jobs/"
 
 
-def controller_leader_key() -> str:
-    """The leased key of the acting local controller (one per etcd); its mod revision is the epoch."""
-    return ROOT + "controllers/leader"
+def controller_leader_key(backend: str = "local") -> str:
+    """The leased key of the acting controller of a backend (one per etcd and backend: a local controller
+    and a Kubernetes one sharing an etcd act on different jobs); its mod revision is the epoch."""
+    return ROOT + ("controllers/leader" if backend == "local" else f"controllers/{backend}-leader")

@@ -980,11 +980,6 @@ def test_namespaced_variant_changes_nothing_else() -> None:
     }
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 12: `elastic controller` does not read WATCH_NAMESPACE yet (KubernetesControllerManager takes a "
-    "watch_namespace, run_kubernetes_controller passes none); when it does, this passes: remove this mark",
-)
 def test_controller_lists_only_the_namespace_the_variant_sets(monkeypatch: pytest.MonkeyPatch) -> None:
     from elastic.controller import kube_manager
 

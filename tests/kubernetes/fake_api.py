@@ -223,7 +223,7 @@ class FakeApiServer:
         self.objects: dict[tuple[str, str], dict[tuple[str, str], dict[str, Any]]] = {key: {} for key in KINDS}
         self.history: list[tuple[int, str, str, str, dict[str, Any]]] = []  # (rv, group, resource, type, object)
         self.compacted_before = 0  # watches from an older resourceVersion get 410 Gone
-        self.revision = 0
+        self.revision = 1  # as etcd's: a list never answers "0", which a watch reads as "from now"
         self.requests: list[tuple[str, str, str]] = []  # (apiGroup, resource, verb) of the controller's requests
         self.deletions: list[tuple[str, int | None]] = []  # (pod name, gracePeriodSeconds)
         self.patch_types: list[str] = []
@@ -239,6 +239,7 @@ class FakeApiServer:
         self.job_schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
         self.scale_paths = crd["spec"]["versions"][0]["subresources"]["scale"]
         self._stopped = False
+        self._watch_generation = 0
         handler = type("Handler", (_Handler,), {"fake": self})
         self.httpd = _Server(("127.0.0.1", 0), handler)
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
@@ -301,10 +302,13 @@ class FakeApiServer:
             self._delete("elastic.dev", "elasticjobs", namespace, name, None)
 
     def compact(self) -> None:
-        """etcd compaction: every watch from a resourceVersion older than now gets 410 Gone."""
+        """etcd compaction, then the API server's watch cache dropping its watchers (as a restart does):
+        every open watch ends, and resuming from a resourceVersion older than now gets 410 Gone."""
         with self.lock:
             self.compacted_before = self.revision + 1
             self.history.clear()
+            self._watch_generation += 1
+            self.changed.notify_all()
 
     # --- the kubelet and the scheduler, scripted ---
 
@@ -689,7 +693,11 @@ class FakeApiServer:
 
     @staticmethod
     def _patched(current: dict[str, Any], body: Any, content_type: str) -> dict[str, Any]:
-        if content_type.startswith("application/json-patch+json"):
+        json_patched = content_type.startswith("application/json-patch+json")
+        if not isinstance(body, list if json_patched else dict):  # a JSON patch is a list, the others objects
+            raise ApiError(400, "BadRequest", f"the body of a {content_type} patch must be a JSON "
+                           f"{'array' if json_patched else 'object'}")  # fmt: skip
+        if json_patched:
             return json_patch(current, body)
         if content_type.startswith("application/merge-patch+json"):
             return merge_patch(current, body)
@@ -767,6 +775,7 @@ class FakeApiServer:
             )
 
         with self.lock:
+            generation = self._watch_generation
             if start in ("", "0"):  # "from now", beginning with what exists, as ADDED
                 seen = self.revision
                 batch = [{"type": "ADDED", "object": copy.deepcopy(o)}
@@ -780,7 +789,7 @@ class FakeApiServer:
         last_bookmark = time.monotonic()
         while seen >= 0:
             with self.lock:
-                if self._stopped:
+                if self._stopped or generation != self._watch_generation:
                     return
                 batch = []
                 for revision, egroup, eresource, event_type, obj in self.history:

@@ -64,7 +64,7 @@ def replicas(api_client: client.ApiClient, etcd_server: EtcdServer) -> Iterator[
         yield store, replica  # type: ignore[misc]
         for manager in made:
             manager.close()
-        store.delete(controller_leader_key())
+        store.delete(controller_leader_key("kubernetes"))
 
 
 def freeze(manager: KubernetesControllerManager, store: Store) -> None:
@@ -77,7 +77,7 @@ def freeze(manager: KubernetesControllerManager, store: Store) -> None:
 
 def etcd_state(store: Store, name: str) -> dict[str, tuple[bytes, int]]:
     entries, _ = store.get_prefix(JobKeys("team-a", name).prefix)
-    leader = store.get(controller_leader_key())
+    leader = store.get(controller_leader_key("kubernetes"))
     return {e.key: (e.value, e.mod_revision) for e in [*entries, *([leader] if leader else [])]}
 
 
@@ -123,14 +123,15 @@ def test_a_leader_deposed_while_its_step_stalled_writes_nothing(fake: FakeApiSer
 
     # a's next step stalls just after it was told it leads (a GC pause, a frozen VM)...
     stalled, resume, stepped = threading.Event(), threading.Event(), []
-    listed = a._list_jobs
+    reconcile = a._reconcile
 
-    def stalling_list() -> list[dict[str, Any]]:
+    def stalling_reconcile(*args: Any) -> None:
         stalled.set()
         resume.wait(timeout=30)
-        return listed()
+        reconcile(*args)
 
-    a._list_jobs = stalling_list  # type: ignore[method-assign]
+    a._reconcile = stalling_reconcile  # type: ignore[method-assign]
+    a.queue.add(("team-a", name))
     stalling = threading.Thread(target=lambda: stepped.append(a.step()))
     stalling.start()
     assert stalled.wait(timeout=5)
@@ -157,7 +158,7 @@ def test_a_replica_that_loses_the_lease_gives_its_etcd_epoch_up_at_once(fake: Fa
     told: list[str] = []
     a = replica("controller-a", on_lost=told.append)  # in production: exit_on_loss
     assert wait_until(a.step, timeout=5)
-    assert store.get(controller_leader_key()) is not None
+    assert store.get(controller_leader_key("kubernetes")) is not None
     leases = KubernetesLeases(client.CoordinationV1Api(a.core.api_client), timeout=5)  # another replica's
     body = lease_body("elastic-system", LEASE_NAME, "controller-x", LEASE, a.elector.read(), True, 0.0)
     leases.replace("elastic-system", LEASE_NAME, body)
@@ -165,7 +166,7 @@ def test_a_replica_that_loses_the_lease_gives_its_etcd_epoch_up_at_once(fake: Fa
     assert wait_until(lambda: told, timeout=LEASE), "a's renew thread saw the foreign holder"
     assert told == ["elastic-system/elastic-controller is now held by controller-x"]
     assert not a.leadership.acting
-    assert store.get(controller_leader_key()) is None, "the epoch was given up on the renew thread"
+    assert store.get(controller_leader_key("kubernetes")) is None, "the epoch was given up on the renew thread"
     assert a.step() is False
 
 
@@ -194,7 +195,7 @@ def test_a_controller_process_exits_when_it_loses_the_lease_even_if_its_main_thr
     process = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     with Store(etcd_server.client_url, retry_seconds=5) as store:
         try:
-            leads = lambda: (store.get_json(controller_leader_key()) or {}).get("pid") == process.pid  # noqa: E731
+            leads = lambda: (store.get_json(controller_leader_key("kubernetes")) or {}).get("pid") == process.pid  # noqa: E731
             assert wait_until(leads, timeout=20), "the controller took the Lease and the etcd epoch"
             leases = KubernetesLeases(client.CoordinationV1Api(api_client), timeout=5)
             current = parse_lease(leases.get("elastic-system", LEASE_NAME) or {})
@@ -204,9 +205,9 @@ def test_a_controller_process_exits_when_it_loses_the_lease_even_if_its_main_thr
             assert process.wait(timeout=LEASE + 5) == EXIT_LOST_LEADERSHIP
             _, err = process.communicate()
             assert "controller lost leadership (elastic-system/elastic-controller is now held by controller-x)" in err
-            assert store.get(controller_leader_key()) is None, "the epoch was given up before the exit"
+            assert store.get(controller_leader_key("kubernetes")) is None, "the epoch was given up before the exit"
         finally:
             if process.poll() is None:
                 process.kill()
                 process.wait()
-            store.delete(controller_leader_key())
+            store.delete(controller_leader_key("kubernetes"))

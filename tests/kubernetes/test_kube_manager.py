@@ -1,0 +1,159 @@
+"""The Kubernetes controller as one replica sees its jobs: informers, the work queue, deletion, isolation.
+
+Against the FAKE API server (tests/kubernetes/fake_api.py: it follows the real one's rules, see its
+docstring) through the real `kubernetes` client, and a real etcd. The tests play the user (an admin
+client), the kubelet and the scheduler.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from fake_api import FakeApiServer, Fault
+from kubernetes import client
+
+from elastic.agents import wait_until
+from elastic.controller.kube_manager import JOB_FINALIZER, KubernetesControllerManager
+from elastic.store import JobKeys, Store
+from elastic.store.keys import controller_leader_key
+from elastic.store.server import EtcdServer
+
+
+def job_doc(name: str, namespace: str = "team-a", **worker: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "elastic.dev/v1alpha1", "kind": "ElasticJob",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"minReplicas": 2, "maxReplicas": 2,
+                 "worker": {"command": ["python", "t.py"], "image": "i:1", **worker}},
+    }  # fmt: skip
+
+
+@pytest.fixture
+def manager(fake: FakeApiServer, api_client: client.ApiClient, etcd_server: EtcdServer) -> Iterator[Any]:
+    with Store(etcd_server.client_url, retry_seconds=5) as store:
+        made = KubernetesControllerManager(store, etcd_server.client_url, api_client, "controller-a",
+                                           "elastic-system", lease_seconds=2).start()  # fmt: skip
+        assert wait_until(made.step, timeout=10), "the single replica leads"
+        yield made, store
+        made.close()
+        store.delete(controller_leader_key("kubernetes"))
+
+
+def pods_until(fake: FakeApiServer, manager: KubernetesControllerManager, name: str, count: int,
+               namespace: str = "team-a") -> list[str]:  # fmt: skip
+    assert wait_until(lambda: manager.step(0.1) and len(fake.pods_of(name, namespace)) == count, timeout=10), (
+        sorted(fake.pods_of(name, namespace)))
+    return sorted(fake.pods_of(name, namespace))
+
+
+def test_a_pass_makes_no_list_request_once_the_informers_follow(fake, manager) -> None:
+    controller, _ = manager
+    name = f"w-{uuid.uuid4().hex[:6]}"
+    fake.add_job(job_doc(name))
+    pods_until(fake, controller, name, 2)
+    listed = [r for r in fake.requests if r[2] == "list"]
+    for _ in range(20):
+        controller.step(0.05)
+    assert [r for r in fake.requests if r[2] == "list"] == listed, "every read came from the informers' caches"
+    assert ("", "pods", "watch") in fake.requests and ("elastic.dev", "elasticjobs", "watch") in fake.requests
+
+
+def test_a_compacted_watch_relists_and_the_controller_goes_on(fake, manager) -> None:
+    controller, _ = manager
+    fake.bookmark_seconds = 3600  # no bookmark may move the pod watch past the change below
+    relists = controller.pods.relists
+    name = f"c-{uuid.uuid4().hex[:6]}"
+    fake.add_job(job_doc(name))  # a change the pod watch has no event for (nor a bookmark yet, within 1 s)...
+    fake.compact()  # ...then compaction: the pod informer resumes from a version that is gone
+    pods_until(fake, controller, name, 2)
+    assert wait_until(lambda: controller.pods.relists > relists, timeout=10), "the 410 made the informer list again"
+
+
+def test_kubectl_delete_stops_the_pods_removes_the_etcd_keys_and_lets_the_object_go(fake, manager) -> None:
+    controller, store = manager
+    name = f"d-{uuid.uuid4().hex[:6]}"
+    fake.add_job(job_doc(name))
+    pods = pods_until(fake, controller, name, 2)
+    assert JOB_FINALIZER in fake.jobs[("team-a", name)]["metadata"]["finalizers"]
+    for pod in pods:
+        fake.set_pod(pod, "Running", namespace="team-a")
+    fake.delete_job(name, namespace="team-a")
+    assert wait_until(lambda: controller.step(0.1) and ("team-a", name) not in fake.jobs, timeout=10)
+    assert store.get_prefix(JobKeys("team-a", name).prefix)[0] == [], "no key of the job is left in etcd"
+    assert wait_until(lambda: not fake.pods_of(name, "team-a"), timeout=10), "its pods went with it"
+
+
+def test_a_spec_written_into_etcd_never_chooses_what_a_pod_runs(fake, manager) -> None:
+    controller, store = manager
+    name = f"s-{uuid.uuid4().hex[:6]}"
+    fake.add_job(job_doc(name))
+    pods_until(fake, controller, name, 2)
+    keys = JobKeys("team-a", name)
+    forged = json.loads(store.get(keys.spec).value)
+    forged["spec"]["worker"]["command"] = ["sh", "-c", "steal-secrets"]
+    store.put_json(keys.spec, forged)  # anyone with etcd access
+    victim = sorted(fake.pods_of(name, "team-a"))[0]
+    fake.set_pod(victim, "Failed", 137, namespace="team-a")  # a replacement pod is made
+    assert wait_until(lambda: controller.step(0.1) and victim not in fake.pods_of(name, "team-a")
+                      and len(fake.pods_of(name, "team-a")) == 2, timeout=10)  # fmt: skip
+    for pod in fake.pods_of(name, "team-a").values():
+        assert "steal-secrets" not in json.dumps(pod["spec"]), "the pod runs the ElasticJob object's command"
+
+
+def test_a_pod_security_refusal_fails_that_job_alone(fake, manager) -> None:
+    controller, _ = manager
+    fake.restricted_namespaces.add("locked")  # Pod Security `restricted`: our pods (root allowed) are refused
+    locked, free = f"l-{uuid.uuid4().hex[:6]}", f"f-{uuid.uuid4().hex[:6]}"
+    fake.add_job(job_doc(locked, namespace="locked"))
+    fake.add_job(job_doc(free))
+    pods_until(fake, controller, free, 2)
+    status = lambda: fake.jobs[("locked", locked)].get("status") or {}  # noqa: E731
+    assert wait_until(lambda: controller.step(0.1) and status().get("phase") == "Failed", timeout=10)
+    assert status()["reason"] == "WorkerStartFailed" and "violates PodSecurity" in status()["message"]
+    assert fake.pods_of(locked, "locked") == {} and len(fake.pods_of(free, "team-a")) == 2
+
+
+def test_a_throttled_job_gets_a_condition_and_an_event_and_is_retried(fake, manager) -> None:
+    controller, _ = manager
+    name = f"t-{uuid.uuid4().hex[:6]}"
+    fake.faults.append(Fault(429, times=2, verb="create", resource="pods"))  # the API server sheds load
+    fake.add_job(job_doc(name))
+
+    def condition() -> dict[str, Any]:
+        conditions = (fake.jobs[("team-a", name)].get("status") or {}).get("conditions") or []
+        return next((c for c in conditions if c["type"] == "ReconcileError"), {})
+
+    assert wait_until(lambda: controller.step(0.1) and condition().get("reason") == "TooManyRequests", timeout=10)
+    assert any(e["reason"] == "TooManyRequests" and e["type"] == "Warning" for e in fake.events_for(name))
+    pods_until(fake, controller, name, 2)  # retried after its backoff, and through
+    assert wait_until(lambda: controller.step(0.1) and not condition(), timeout=10), "cleared once it went through"
+
+
+def test_the_health_endpoints_answer_the_kubelets_probes() -> None:
+    import urllib.error
+    import urllib.request
+
+    from elastic.controller.kube_manager import serve_health
+    from elastic.store.server import free_port
+
+    ready: list[bool] = [False]
+    port = free_port()
+    server = serve_health(port, lambda: ready[0])
+    try:
+        def status(path: str) -> int:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as response:
+                    return response.status
+            except urllib.error.HTTPError as err:
+                return err.code
+
+        assert (status("/healthz"), status("/readyz"), status("/metrics")) == (200, 503, 404)
+        ready[0] = True  # the informers' first lists are in
+        assert status("/readyz") == 200
+    finally:
+        server.shutdown()
+        server.server_close()
