@@ -124,7 +124,39 @@ def grace_seconds(job: ElasticJob) -> int:
     return grace if isinstance(grace, int) and not isinstance(grace, bool) and grace >= 0 else STOP_GRACE_SECONDS
 
 
-def pod_manifest(job: ElasticJob, namespace: str, launch: WorkerLaunch, incarnation: int) -> dict[str, Any]:
+# The controller's own etcd credentials never go into a Pod object (anyone who can read pods would read
+# them): a worker pod gets them from a Secret in its own namespace, files mounted, values by reference.
+ETCD_SECRET_MOUNT = "/etc/elastic/etcd"
+ETCD_SECRET_FILES = {"ELASTIC_ETCD_CACERT": "ca.crt", "ELASTIC_ETCD_CERT": "tls.crt", "ELASTIC_ETCD_KEY": "tls.key"}
+ETCD_SECRET_VALUES = {"ELASTIC_ETCD_USER": "username", "ELASTIC_ETCD_PASSWORD": "password"}
+
+
+def etcd_credentials(launch: WorkerLaunch, secret: str | None) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+    """The worker's etcd TLS/auth settings as env entries and the Secret volume they come from (pure).
+
+    Only the settings the controller itself uses are asked of the Secret (`secret`, in the pod's namespace,
+    with keys ca.crt, tls.crt, tls.key, username, password). None when the controller uses none."""
+    wanted = [name for name in (*ETCD_SECRET_FILES, *ETCD_SECRET_VALUES) if launch.env.get(name)]
+    if not wanted:
+        return [], None
+    if not secret:
+        raise WorkerStartError(
+            f"worker {launch.name} could not be started: the controller's etcd needs TLS or a password "
+            f"({', '.join(wanted)}), and worker pods get them only from a Secret in their namespace: set "
+            "ELASTIC_WORKER_ETCD_SECRET on the controller (see README 'TLS and auth on Kubernetes')"
+        )
+    env = [
+        {"name": name, "value": f"{ETCD_SECRET_MOUNT}/{ETCD_SECRET_FILES[name]}"}
+        if name in ETCD_SECRET_FILES
+        else {"name": name, "valueFrom": {"secretKeyRef": {"name": secret, "key": ETCD_SECRET_VALUES[name]}}}
+        for name in wanted
+    ]
+    return env, {"name": "elastic-etcd", "secret": {"secretName": secret}}
+
+
+def pod_manifest(
+    job: ElasticJob, namespace: str, launch: WorkerLaunch, incarnation: int, etcd_secret: str | None = None
+) -> dict[str, Any]:
     """The pod for one worker (pure): spec.worker.template, if any, with what the controller owns on top.
 
     Owned (always the controller's): the `worker` container's name, command (the agent), image (from
@@ -146,7 +178,10 @@ def pod_manifest(job: ElasticJob, namespace: str, launch: WorkerLaunch, incarnat
             f"worker {launch.name} could not be started: spec.worker.image (or an image on the template's worker "
             "container) is required to run workers on Kubernetes"
         )
-    ours = [{"name": k, "value": v} for k, v in {**launch.env, "ELASTIC_WORKER": launch.name}.items()]
+    credentials, secret_volume = etcd_credentials(launch, etcd_secret)
+    plain = {k: v for k, v in launch.env.items() if k not in ETCD_SECRET_FILES and k not in ETCD_SECRET_VALUES}
+    ours = [{"name": k, "value": v} for k, v in {**plain, "ELASTIC_WORKER": launch.name}.items()]
+    ours += credentials
     ours.append({"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}})
     ours.append({"name": "PYTHONUNBUFFERED", "value": "1"})
     owned = {var["name"] for var in ours}
@@ -162,6 +197,10 @@ def pod_manifest(job: ElasticJob, namespace: str, launch: WorkerLaunch, incarnat
     }
     if worker.resources:
         container["resources"] = worker.resources
+    if secret_volume is not None:
+        spec["volumes"] = [*(spec.get("volumes") or []), secret_volume]
+        mount = {"name": secret_volume["name"], "mountPath": ETCD_SECRET_MOUNT, "readOnly": True}
+        container["volumeMounts"] = [*(container.get("volumeMounts") or []), mount]
     if launch.working_dir and launch.working_dir.startswith("/"):
         container["workingDir"] = launch.working_dir
     sidecars = [{**c, "securityContext": secured(c.get("securityContext"), pod_context)}
@@ -327,9 +366,12 @@ class KubernetesWorkers:
         job: ElasticJob,
         namespace: str | None = None,
         pods: Callable[[], list[dict[str, Any]]] | None = None,
+        etcd_secret: str | None = None,
     ) -> None:
         """`pods`: every worker pod the controller's informer holds (its cache, no API request); None: list
-        this job's pods from the API server at each observation (tests, tools)."""
+        this job's pods from the API server at each observation (tests, tools). `etcd_secret`: the Secret of
+        the job's namespace that gives worker pods the etcd TLS/auth settings the controller uses."""
+        self.etcd_secret = etcd_secret
         self.api = core_api
         self.job = job
         self.pods = pods
@@ -371,7 +413,7 @@ class KubernetesWorkers:
 
     def start(self, launch: WorkerLaunch) -> None:
         self._incarnation += 1
-        body = pod_manifest(self.job, self.namespace, launch, self._incarnation)
+        body = pod_manifest(self.job, self.namespace, launch, self._incarnation, self.etcd_secret)
         try:
             self.api.create_namespaced_pod(self.namespace, body, _preload_content=False)
         except ApiException as err:

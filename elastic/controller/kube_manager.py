@@ -69,8 +69,10 @@ class KubernetesControllerManager:
         watch_namespace: str | None = None,
         lease_seconds: int = 15,
         on_lost: Callable[[str], None] | None = None,
+        worker_etcd_secret: str | None = None,
     ) -> None:
         self.store = store
+        self.worker_etcd_secret = worker_etcd_secret
         self.endpoints = endpoints
         self.core = CoreV1Api(api_client)
         self.custom = CustomObjectsApi(api_client)
@@ -226,7 +228,8 @@ class KubernetesControllerManager:
             check(f"adding the cleanup finalizer of {job_key}")
             self._set_finalizers(obj, [*(meta.get("finalizers") or []), JOB_FINALIZER])
         if job_key not in self.controllers:
-            workers = FencedWorkers(KubernetesWorkers(self.core, job, pods=self.pods.items), check)
+            pods = KubernetesWorkers(self.core, job, pods=self.pods.items, etcd_secret=self.worker_etcd_secret)
+            workers = FencedWorkers(pods, check)
             status = KubeStatus(self.custom, self.core, job, obj.get("status") or None, instance=self.elector.identity)
             controller = JobController(store, job, workers, self.endpoints, spec_from_store=False)
             self.controllers[job_key] = (controller, workers, status)
@@ -338,7 +341,8 @@ def _api_message(err: ApiException) -> str:
 
 def run_kubernetes_controller(store: Store, endpoints: str, health_port: int | None = None) -> int:
     """In a pod: in-cluster config, identity POD_NAME, Lease in POD_NAMESPACE, ElasticJobs of
-    WATCH_NAMESPACE only when set (the namespaced install); elsewhere: the kubeconfig."""
+    WATCH_NAMESPACE only when set (the namespaced install), worker pods' etcd credentials from the Secret
+    ELASTIC_WORKER_ETCD_SECRET names (in each job's namespace); elsewhere: the kubeconfig."""
     try:
         config.load_incluster_config()
     except config.ConfigException:
@@ -350,7 +354,8 @@ def run_kubernetes_controller(store: Store, endpoints: str, health_port: int | N
     namespace = os.environ.get("POD_NAMESPACE", "elastic-system")
     watched = os.environ.get("WATCH_NAMESPACE") or None
     manager = KubernetesControllerManager(
-        store, endpoints, ApiClient(), identity, namespace, watch_namespace=watched, on_lost=exit_on_loss
+        store, endpoints, ApiClient(), identity, namespace, watch_namespace=watched, on_lost=exit_on_loss,
+        worker_etcd_secret=os.environ.get("ELASTIC_WORKER_ETCD_SECRET") or None,
     )
     if health_port is not None:
         serve_health(health_port, manager.ready)

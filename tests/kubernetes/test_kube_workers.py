@@ -22,6 +22,7 @@ rather than compared with the manifest.
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 import uuid
@@ -436,3 +437,31 @@ def test_a_create_that_went_through_before_a_lost_answer_is_adopted(fake, core) 
     again = KubernetesWorkers(core, job)  # a retry of the same create (its first answer was lost): 409
     again.start(WorkerLaunch("cr-0001", ["python"], {}))
     assert [w.name for w in again.observe()] == ["cr-0001"]
+
+
+SECURED = {"ELASTIC_ETCD_CACERT": "/controller/ca.crt", "ELASTIC_ETCD_USER": "elastic",
+           "ELASTIC_ETCD_PASSWORD": "s3cret", "ELASTIC_ETCD_ENDPOINTS": "https://etcd:2379"}  # fmt: skip
+
+
+def test_the_controllers_etcd_credentials_never_go_into_a_pod_object(fake, core) -> None:
+    fake.add_job(job_doc("tj"))
+    workers = KubernetesWorkers(core, parse_job(job_doc("tj")), etcd_secret="elastic-etcd-worker")
+    workers.start(WorkerLaunch("tj-0001", ["python"], dict(SECURED)))
+    pod = fake.pods[("default", "tj-0001")]
+    assert "s3cret" not in json.dumps(pod) and "/controller/ca.crt" not in json.dumps(pod)
+    container = pod["spec"]["containers"][0]
+    env = {e["name"]: e for e in container["env"]}
+    assert env["ELASTIC_ETCD_CACERT"]["value"] == "/etc/elastic/etcd/ca.crt"
+    assert env["ELASTIC_ETCD_PASSWORD"]["valueFrom"] == {"secretKeyRef": {"name": "elastic-etcd-worker",
+                                                                          "key": "password"}}  # fmt: skip
+    assert env["ELASTIC_ETCD_ENDPOINTS"]["value"] == "https://etcd:2379"
+    assert {"name": "elastic-etcd", "secret": {"secretName": "elastic-etcd-worker"}} in pod["spec"]["volumes"]
+    assert {"name": "elastic-etcd", "mountPath": "/etc/elastic/etcd", "readOnly": True} in container["volumeMounts"]
+
+
+def test_a_secured_etcd_without_a_worker_secret_is_a_clear_start_failure(fake, core) -> None:
+    fake.add_job(job_doc("uj"))
+    workers = KubernetesWorkers(core, parse_job(job_doc("uj")))
+    with pytest.raises(WorkerStartError, match="ELASTIC_WORKER_ETCD_SECRET"):
+        workers.start(WorkerLaunch("uj-0001", ["python"], dict(SECURED)))
+    assert fake.pods_of("uj") == {}
