@@ -102,10 +102,14 @@ def delete_cmd(args: argparse.Namespace) -> int:
         run = JobRun(store, keys)
         run.close(run.read(), Closed("Deleted", "deleted by the user", time.time()))
         job = f"{keys.namespace}/{keys.name}"
-        if controller_leading(store) is not None:
+        leader = controller_leading(store)
+        if leader is not None:
             status = wait_until_final(store, keys, args.timeout)
             if status.get("phase") in FINAL_PHASES:
                 print(f"job {job} deleted: {status['phase']} ({status.get('reason')}), its workers stopped")
+            elif leader.get("role") == "run":  # an `elastic run` acts on its own job only
+                print(f"job {job} closed; the acting controller is an 'elastic run' ({leader['holder']}): unless "
+                      f"it runs this job, an 'elastic controller' finishes it after that run ends")
             else:
                 print(f"job {job} closed: the controller is stopping its workers ('elastic status {job}' shows "
                       "when it is finished)")

@@ -245,3 +245,19 @@ def test_elastic_agent_is_torchrun_with_its_own_arguments() -> None:
     shown = subprocess.run([sys.executable, "-m", "elastic.cli.main", "agent", "--help"], cwd=REPO,
                            capture_output=True, text=True, timeout=120)
     assert shown.returncode == 0 and "--rdzv-backend" in shown.stdout and "--nnodes" in shown.stdout, shown.stderr
+
+
+@pytest.mark.parametrize(("role", "said"), [("controller", "the controller is stopping its workers"),
+                                            ("run", "an 'elastic controller' finishes it after that run ends")])
+def test_delete_under_a_leader_that_does_not_finish_in_time_says_who_will(role, said, store, etcd_server,
+                                                                          capsys) -> None:
+    job = submit_job(store, parse_job(spec("slow")))
+    JobRun(store, JobKeys("default", "slow")).ensure_run(job.metadata.uid, 1, 600)
+    leader = Election(store, role=role)
+    assert leader.lead() is not None
+    try:
+        assert main(["delete", "slow", "--timeout", "0.5", "--etcd", etcd_server.client_url]) == 0
+        assert said in capsys.readouterr().out
+        assert store.get("/elastic/jobs/default/slow/spec") is not None, "kept for the controller to finish"
+    finally:
+        leader.resign()
