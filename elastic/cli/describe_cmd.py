@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Sequence
+from typing import Any
 
 from elastic.cli.common import add_etcd_option, connect
-from elastic.cli.show import age, columns, root_cause_lines
+from elastic.cli.show import age, columns, controller_leading, root_cause_lines
 from elastic.controller.inspect import JobReport, find_job, read_report, timeline
 from elastic.controller.status import timestamp
 from elastic.errors import PermanentError
+from elastic.policy.bounds import clamp_replicas
 from elastic.store import JobKeys
 
 
@@ -34,12 +36,13 @@ def describe_cmd(args: argparse.Namespace) -> int:
         if job is None:
             raise PermanentError(f"no job {keys.namespace}/{keys.name} in etcd at {args.etcd}")
         report = read_report(store, job)
-    print("\n".join(describe(report)))
+        leader = controller_leading(store)
+    print("\n".join(describe(report, leader)))
     return 0
 
 
-def describe(report: JobReport) -> list[str]:
-    """The text of `elastic describe` (pure: the report holds everything)."""
+def describe(report: JobReport, leader: dict[str, Any] | None = None) -> list[str]:
+    """The text of `elastic describe` (pure: the report and the leader key's record hold everything)."""
     job, status, budget = report.job, report.status, report.state.budget
     spec = job.spec
     progress = status.get("progress", {})
@@ -52,9 +55,11 @@ def describe(report: JobReport) -> list[str]:
         f"Start Time:    {status.get('startTime', '-')}",
         f"Completed:     {status.get('completionTime', '-')}",
         f"Age:           {age(status)}",
+        "Controller:    " + (f"{leader['holder']} leads" if leader else
+                             "none running (no leader key): 'elastic controller' runs submitted jobs"),
         "Spec:",
-        f"  Replicas:    {spec.replicas if spec.replicas is not None else '-'} (min {spec.min_replicas}, "
-        f"max {spec.max_replicas}), nprocPerNode {spec.nproc_per_node}",
+        f"  Replicas:    {clamp_replicas(spec.replicas, spec.min_replicas, spec.max_replicas)} (min "
+        f"{spec.min_replicas}, max {spec.max_replicas}), nprocPerNode {spec.nproc_per_node}",
         f"  Worker:      {' '.join([*spec.worker.command, *spec.worker.args])}",
         f"  Policies:    restartPolicy {spec.restart_policy.value}, successPolicy {spec.success_policy.value}, "
         f"maxRestarts {spec.failure_policy.max_restarts}, {len(spec.failure_policy.rules)} failure rule(s)",

@@ -76,6 +76,7 @@ def test_a_failed_job_shows_its_root_cause_and_a_budget_that_never_reads_over_it
     assert main(["describe", "typo", "--etcd", etcd_server.client_url]) == 0
     out = capsys.readouterr().out
     assert "Budget:        2 charged, maxRestarts 1" in out, out
+    assert "Controller:    none running" in out and "Replicas:    1 (min 1, max 2)" in out, out
     charges = [line for line in out.splitlines() if "WorkerFailure" in line and "exit code 2" in line]
     assert len(charges) >= 2, out  # the budget's two rows (and the events)
     assert "BackoffLimitExceeded" in out.split("Events:")[1] and PYTHON_ERROR in out.split("Last Failure:")[1]
