@@ -1,7 +1,8 @@
 """`elastic completion bash|zsh`: a shell completion script for the verbs and options of this `elastic`.
 
 Written from the parser itself, so it never lists a verb or an option the command line does not have.
-zsh runs the same script through its `bashcompinit`. Install: `source <(elastic completion bash)` in
+Job names complete from the default etcd ($ELASTIC_ETCD or a running local `elastic etcd`). zsh runs
+the same script through its `bashcompinit`. Install: `source <(elastic completion bash)` in
 ~/.bashrc, or `source <(elastic completion zsh)` in ~/.zshrc.
 """
 
@@ -13,6 +14,8 @@ from collections.abc import Callable
 
 SHELLS = ("bash", "zsh")
 EMPTY = '""'  # the case pattern of no verb yet
+# Verbs whose argument is a job: completed with the jobs of the default etcd (`elastic status -o name`).
+JOB_VERBS = ("status", "describe", "logs", "delete", "scale", "chaos kill")
 
 
 def register(verbs: argparse._SubParsersAction, root: Callable[[], argparse.ArgumentParser]) -> None:
@@ -48,23 +51,33 @@ def script(parser: argparse.ArgumentParser, shell: str) -> str:
     )
     text = f"""# elastic {shell} completion: source <(elastic completion {shell})
 _elastic() {{
-  local cur="${{COMP_WORDS[COMP_CWORD]}}" path="" word words i
+  local cur="${{COMP_WORDS[COMP_CWORD]}}" path="" given="" word words i
   for ((i = 1; i < COMP_CWORD; i++)); do
     word="${{COMP_WORDS[i]}}"
     case "$word" in -*) continue ;; esac
     case "${{path:+$path }}$word" in
 {_known(parser)}) path="${{path:+$path }}$word" ;;
-      *) break ;;
+      *) given=1; break ;;
     esac
   done
+  local jobs=""
+  case "$path" in {'|'.join(shlex.quote(v) for v in JOB_VERBS)}) jobs=1 ;; esac
   case "$path" in
 {cases}
     *) words="" ;;
   esac
   if [[ "$cur" == -* || -z "$path" ]]; then
     COMPREPLY=($(compgen -W "$words" -- "$cur"))
-  else
-    COMPREPLY=($(compgen -W "$words" -- "$cur") $(compgen -f -- "$cur"))
+  elif [[ -z "$given" && -n "$jobs" ]]; then  # the job argument: the jobs of the default etcd
+    COMPREPLY=($(compgen -W "$(elastic status -o name 2>/dev/null)" -- "$cur"))
+  else  # a verb's own verbs (chaos kill), else file names (JOB.yaml)
+    local verbs="" w
+    for w in $words; do [[ "$w" == -* ]] || verbs="$verbs $w"; done
+    if [[ -n "$verbs" ]]; then
+      COMPREPLY=($(compgen -W "$verbs" -- "$cur"))
+    else
+      COMPREPLY=($(compgen -f -- "$cur"))
+    fi
   fi
 }}
 complete -F _elastic elastic

@@ -21,14 +21,15 @@ from elastic.controller.submit import list_jobs
 from elastic.errors import PermanentError
 from elastic.store import JobKeys
 
-OUTPUTS = ("table", "wide", "json", "yaml")
+OUTPUTS = ("table", "wide", "json", "yaml", "name")
 
 
 def register(verbs: argparse._SubParsersAction) -> None:
     status = verbs.add_parser("status", help="show jobs' status", description=__doc__.split("\n\n")[0])
     status.add_argument("job", nargs="?", help="namespace/name or name (default: every job)")
     status.add_argument("-o", "--output", choices=OUTPUTS, default="table",
-                        help="table, wide (more columns), or json/yaml (Kubernetes-shaped objects)")
+                        help="table, wide (more columns), json/yaml (Kubernetes-shaped objects), or name "
+                        "(namespace/name, one a line: what shell completion offers)")
     add_etcd_option(status)
     status.set_defaults(run=status_cmd)
 
@@ -44,7 +45,9 @@ def status_cmd(args: argparse.Namespace) -> int:
         else:
             jobs = list_jobs(store)
         reports = [read_report(store, job) for job in jobs]
-    if args.output in ("json", "yaml"):
+    if args.output == "name":
+        print("".join(f"{r.job.key}\n" for r in reports), end="")
+    elif args.output in ("json", "yaml"):
         objects = [as_object(r) for r in reports]
         shown = objects[0] if args.job else {"apiVersion": "v1", "kind": "List", "items": objects}
         text = json.dumps(shown, indent=2) + "\n" if args.output == "json" else yaml.safe_dump(shown, sort_keys=False)

@@ -227,19 +227,29 @@ def test_an_address_whose_etcd_is_gone_is_no_default(tmp_path, monkeypatch, caps
     assert "--etcd" in capsys.readouterr().err
 
 
-def test_bash_completion_completes_verbs_and_options() -> None:
+def test_bash_completion_completes_verbs_options_and_job_names(store, etcd_server, capsys) -> None:
+    submit_job(store, parse_job(spec("typo")))
+    assert main(["status", "-o", "name", "--etcd", etcd_server.client_url]) == 0
+    assert capsys.readouterr().out == "default/typo\n"
     script = subprocess.run([sys.executable, "-m", "elastic.cli.main", "completion", "bash"], cwd=REPO,
                             capture_output=True, text=True, check=True).stdout
+    env = {**os.environ, "ELASTIC_ETCD": etcd_server.client_url,
+           "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}  # where `elastic` is installed
 
     def complete(*words: str) -> list[str]:
         line = " ".join(f"'{w}'" for w in words)
         show = 'printf "%s\\n" "${COMPREPLY[@]}"'
         probe = f"{script}\nCOMP_WORDS=({line}); COMP_CWORD={len(words) - 1}; _elastic; {show}"
-        return subprocess.run(["bash", "-c", probe], capture_output=True, text=True, check=True).stdout.split()
+        return subprocess.run(["bash", "-c", probe], capture_output=True, text=True, check=True, env=env,
+                              cwd=REPO).stdout.split()
 
     assert complete("elastic", "de") == ["delete", "describe"]
     assert set(complete("elastic", "logs", "job", "--")) >= {"--follow", "--worker", "--tail", "--etcd"}
     assert complete("elastic", "chaos", "kill", "--sig") == ["--signal"]
+    assert complete("elastic", "chaos", "") == ["kill"]
+    assert complete("elastic", "describe", "def") == ["default/typo"]
+    assert complete("elastic", "chaos", "kill", "") == ["default/typo"]
+    assert "default/typo" not in complete("elastic", "scale", "default/typo", ""), "the job is given already"
 
 
 def test_elastic_agent_is_torchrun_with_its_own_arguments() -> None:
