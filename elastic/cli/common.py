@@ -69,9 +69,10 @@ def process_cap(args: argparse.Namespace) -> int:
     return args.process_cap if args.process_cap is not None else default_max_processes()
 
 
-def print_spec_warnings(job: ElasticJob, source: object) -> None:
-    """Warnings are not errors: one `warning:` line each on stderr, and the command carries on."""
-    for line in spec_warnings(job):
+def print_spec_warnings(job: ElasticJob, source: object, local: bool = False) -> None:
+    """Warnings are not errors: one `warning:` line each on stderr, and the command carries on. `local`: the
+    job is about to run as local worker processes (run, submit)."""
+    for line in spec_warnings(job, local):
         print(f"warning: {source}: {line}", file=sys.stderr)
 
 

@@ -61,7 +61,7 @@ def validate_job(args: argparse.Namespace) -> int:
 
 def submit_cmd(args: argparse.Namespace) -> int:
     job = load_job(args.job_file)
-    print_spec_warnings(job, args.job_file)
+    print_spec_warnings(job, args.job_file, local=True)
     with connect(args) as store:
         job = submit_job(store, job)
         print(f"job {job.key} submitted (run {job.metadata.uid})")

@@ -61,7 +61,7 @@ def register(verbs: argparse._SubParsersAction) -> None:
 
 def run_job(args: argparse.Namespace) -> int:
     job = load_job(args.job_file)  # a SpecError here means nothing was started and nothing written
-    print_spec_warnings(job, args.job_file)
+    print_spec_warnings(job, args.job_file, local=True)
     spec, cap = job.spec, process_cap(args)
     too_many = capacity_problem(job, clamp_replicas(spec.replicas, spec.min_replicas, spec.max_replicas), cap)
     if too_many:  # known before etcd starts: nothing is started or written
