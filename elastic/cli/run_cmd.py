@@ -17,6 +17,7 @@ from elastic.cli.common import (
     format_status_line,
     print_spec_warnings,
     process_cap,
+    whole_number,
 )
 from elastic.cli.show import root_cause_lines
 from elastic.controller.election import Election
@@ -55,6 +56,10 @@ def register(verbs: argparse._SubParsersAction) -> None:
     add_etcd_option(controller)
     controller.add_argument("--backend", choices=["local", "kubernetes"], default="local")
     controller.add_argument("--log-dir", type=Path, default=Path(".elastic/logs"))
+    controller.add_argument(
+        "--health-port", type=whole_number(1, 65535), default=None, metavar="PORT",
+        help="serve GET /healthz and /readyz on this port (the kubelet's probes; --backend kubernetes)",
+    )  # fmt: skip
     add_process_cap_option(controller)
     controller.set_defaults(run=run_controller)
 
@@ -119,7 +124,7 @@ def run_controller(args: argparse.Namespace) -> int:
     if args.backend == "kubernetes":  # ElasticJobs from the API server, one leader among the replicas
         from elastic.controller.kube_manager import run_kubernetes_controller
 
-        return run_kubernetes_controller(store, args.etcd)
+        return run_kubernetes_controller(store, args.etcd, health_port=args.health_port)
     manager = LocalControllerManager(
         store,
         args.etcd,

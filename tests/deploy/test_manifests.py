@@ -519,11 +519,6 @@ def test_controller_has_liveness_and_readiness_probes_on_its_health_port() -> No
     assert liveness.get("initialDelaySeconds", 0) + liveness["periodSeconds"] * liveness["failureThreshold"] >= 60
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 12: `elastic controller` has no --health-port yet (serving GET /healthz and /readyz); "
-    "when it does, this passes: remove this mark",
-)
 def test_controller_command_line_is_accepted_by_the_cli() -> None:
     from elastic.cli.main import build_parser
 
