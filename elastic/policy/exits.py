@@ -122,15 +122,20 @@ def first_cause(causes: Iterable[ExitCause]) -> ExitCause:
     """The root cause of an incident among what its observers reported.
 
     When one worker of an all-reduce job dies, every other worker's collective fails and its process exits
-    with 1 (an exception). Observers on different hosts stamp their reports with clocks that disagree by
-    more than that delay, so time alone cannot tell root from collateral. Hence the order: a platform
-    reason (Evicted, OOMKilled) first; then an exit code other than the collateral 1; then the earliest;
-    then a signal death. Remaining ties keep input order.
+    with 1 (an exception) or 134 (SIGABRT: gloo and NCCL abort the process on a lost peer). Observers on
+    different hosts stamp their reports with clocks that disagree by more than that delay, so time alone
+    cannot tell root from collateral. Hence the order: a platform reason (Evicted, OOMKilled) first; then an
+    exit code other than the collateral ones; then the earliest; then a signal death. Remaining ties keep
+    input order.
     """
     ordered = list(causes)
     if not ordered:
         raise ValueError("an incident needs at least one cause")
     return min(
         ordered,
-        key=lambda cause: (cause.reason is None, cause.code in (1, None), cause.at, not cause.signal_death),
+        key=lambda cause: (cause.reason is None, cause.code in COLLATERAL_CODES, cause.at, not cause.signal_death),
     )
+
+
+# What a worker exits with when a peer's death broke its collective: an exception, or an abort.
+COLLATERAL_CODES = frozenset({1, 134, None})

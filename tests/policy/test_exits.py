@@ -192,6 +192,11 @@ FIRST_CAUSE = [
         [ExitCause(3, worker=A, at=2.0), ExitCause(137, worker=B, at=1.0)], B,
         id="between two root-like causes the earliest wins",
     ),
+    pytest.param(
+        [ExitCause(134, worker=A, at=1.0), ExitCause(137, worker=B, at=2.0)], B,
+        id="a kill beats an earlier collateral abort (gloo aborts a worker whose peer died)",
+    ),
+    pytest.param([ExitCause(134, worker=A)], A, id="an abort alone is the first cause"),
     pytest.param([ExitCause(2, worker=C)], C, id="a single cause is the first cause"),
 ]  # fmt: skip
 
