@@ -61,3 +61,12 @@ def test_overhead_runs(tmp_path: Path) -> None:
     found = results(out)
     assert float(found["steps_per_s_defaults"][0]) > 0, found
     assert "store_requests_per_s_steady" in found
+
+
+def test_kube_api_runs() -> None:
+    out = run_bench("kube_api.py", "--jobs", "2", "--pods", "2", "--seconds", "3")
+    line = re.search(r"^RESULT kube_api_requests_per_min (.+)$", out, re.M)
+    assert line, f"no RESULT line in:\n{out[-3000:]}"
+    found = dict(pair.split("=") for pair in line[1].split())
+    assert {"total", "list", "watch", "get", "create", "patch", "delete", "cpu_s_per_min"} <= set(found), found
+    assert float(found["cpu_s_per_min"]) > 0, found  # (3 s may hold no Lease renewal: requests can be 0)
