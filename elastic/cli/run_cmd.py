@@ -23,6 +23,7 @@ from elastic.cli.show import root_cause_lines
 from elastic.controller.election import Election
 from elastic.controller.inspect import read_report
 from elastic.controller.manager import LocalControllerManager, LocalJobRunner
+from elastic.controller.metrics_export import ControllerMetrics
 from elastic.controller.reconcile import capacity_problem
 from elastic.controller.submit import submit_job
 from elastic.errors import PermanentError
@@ -45,6 +46,7 @@ def register(verbs: argparse._SubParsersAction) -> None:
     add_etcd_option(run, required=False)
     run.add_argument("--log-dir", type=Path, default=None, help="where worker logs go (default: a temp dir)")
     add_process_cap_option(run)
+    add_metrics_option(run)
     run.set_defaults(run=run_job)
 
     controller = verbs.add_parser(
@@ -61,7 +63,28 @@ def register(verbs: argparse._SubParsersAction) -> None:
         help="serve GET /healthz and /readyz on this port (the kubelet's probes; --backend kubernetes)",
     )  # fmt: skip
     add_process_cap_option(controller)
+    add_metrics_option(controller)
     controller.set_defaults(run=run_controller)
+
+
+def add_metrics_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--metrics-port", type=whole_number(1, 65535), default=None, metavar="PORT",
+        help="serve Prometheus metrics at GET /metrics on this port (README: Metrics)",
+    )  # fmt: skip
+
+
+def serve_metrics(args: argparse.Namespace) -> ControllerMetrics | None:
+    """The process's metrics, served before anything starts, so that a port in use fails at once."""
+    if args.metrics_port is None:
+        return None
+    metrics = ControllerMetrics()
+    try:
+        metrics.serve(args.metrics_port)
+    except OSError as err:
+        raise PermanentError(f"--metrics-port {args.metrics_port}: {err.strerror or err}") from err
+    print(f"metrics at http://127.0.0.1:{args.metrics_port}/metrics", flush=True)
+    return metrics
 
 
 def run_job(args: argparse.Namespace) -> int:
@@ -71,6 +94,7 @@ def run_job(args: argparse.Namespace) -> int:
     too_many = capacity_problem(job, clamp_replicas(spec.replicas, spec.min_replicas, spec.max_replicas), cap)
     if too_many:  # known before etcd starts: nothing is started or written
         raise PermanentError(too_many)
+    metrics = serve_metrics(args)
     log_dir = args.log_dir or Path(tempfile.mkdtemp(prefix=f"elastic-{job.metadata.name}-"))
     server = None
     if args.etcd is None:
@@ -86,7 +110,7 @@ def run_job(args: argparse.Namespace) -> int:
         print(f"job {job.key} submitted (run {job.metadata.uid}); worker logs in {log_dir}", flush=True)
         # One acting controller per etcd: if an `elastic controller` leads, it runs the job and we follow.
         election = Election(store, role="run", on_change=lambda line: print(line, flush=True))
-        runner = LocalJobRunner(store, job, endpoints, log_dir, election, cap)
+        runner = LocalJobRunner(store, job, endpoints, log_dir, election, cap, metrics)
         status = runner.run_until_done(StatusPrinter())
         cause = [] if status.get("phase") == "Succeeded" else root_cause_lines(read_report(store, job))
     except KeyboardInterrupt as stop:
@@ -120,7 +144,10 @@ def run_job(args: argparse.Namespace) -> int:
 
 def run_controller(args: argparse.Namespace) -> int:
     _stop_on_sigterm()
+    if args.backend == "kubernetes" and args.metrics_port is not None:
+        raise PermanentError("--metrics-port: not served by --backend kubernetes yet (local backend only)")
     store = connect(args)
+    metrics = serve_metrics(args)
     if args.backend == "kubernetes":  # ElasticJobs from the API server, one leader among the replicas
         from elastic.controller.kube_manager import run_kubernetes_controller
 
@@ -131,6 +158,7 @@ def run_controller(args: argparse.Namespace) -> int:
         args.log_dir,
         Election(store, on_change=lambda line: print(line, flush=True)),
         process_cap(args),
+        metrics,
     )
     printers: dict[str, StatusPrinter] = {}
 

@@ -16,6 +16,7 @@ from elastic.cluster import WorkerSet
 from elastic.cluster.base import WorkerLaunch, WorkerStartError
 from elastic.codec import CorruptValueError, decode_progress, decode_status
 from elastic.controller.launch import agent_command, agent_env
+from elastic.controller.metrics_export import ControllerMetrics
 from elastic.controller.reconcile import (
     WORKER_START_FAILED,
     CloseJob,
@@ -55,6 +56,7 @@ class JobController:
         endpoints: str,
         process_cap: int | None = None,
         spec_from_store: bool = True,
+        metrics: ControllerMetrics | None = None,
     ) -> None:
         """`spec_from_store`: follow the spec in etcd (local and compose: `elastic scale` edits it there). On
         Kubernetes the ElasticJob object is the only truth and its driver sets `job` each pass: a spec in
@@ -65,6 +67,7 @@ class JobController:
         self.workers = workers
         self.endpoints = endpoints
         self.process_cap = process_cap  # the local machine's limit (None: workers run elsewhere, e.g. pods)
+        self.metrics = metrics
         self.keys = JobKeys(job.metadata.namespace, job.metadata.name)
         self.run = JobRun(store, self.keys)
         self.status: dict[str, Any] = self._read_status()
@@ -132,6 +135,9 @@ class JobController:
             observed = self.observe()
         status = job_status(observed, self.status, progress)
         self._write_status(status)
+        if self.metrics is not None:
+            meta = self.job.metadata
+            self.metrics.record(meta.namespace, meta.name, self.run_id, observed.state, status)
         return status
 
     def _write_status(self, status: dict[str, Any]) -> None:

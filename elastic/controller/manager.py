@@ -18,6 +18,7 @@ from elastic.cluster.local import LocalProcesses
 from elastic.codec import status_for_display
 from elastic.controller.election import Election
 from elastic.controller.loop import JobController, run_id_of
+from elastic.controller.metrics_export import ControllerMetrics
 from elastic.controller.status import FINAL_PHASES
 from elastic.controller.submit import list_jobs
 from elastic.errors import NotLeaderError
@@ -49,18 +50,20 @@ class LocalControllerManager:
         log_root: Path,
         election: Election | None = None,
         process_cap: int | None = None,
+        metrics: ControllerMetrics | None = None,
     ) -> None:
         self.store = store
         self.endpoints = endpoints
         self.log_root = log_root
         self.election = election or Election(store)
         self.process_cap = process_cap
+        self.metrics = metrics  # one for the process: what it counted outlives a change of leader
         self.controllers: dict[str, JobController] = {}
         self._acting_as: FencedStore | None = None
 
     def controller_for(self, job: ElasticJob, store: Store) -> JobController:
         workers = local_workers(store, job, self.log_root / job.metadata.namespace / job.metadata.name)
-        return JobController(store, job, workers, self.endpoints, self.process_cap)
+        return JobController(store, job, workers, self.endpoints, self.process_cap, metrics=self.metrics)
 
     def step(self, on_status: Callable[[str, dict], None] | None = None) -> bool:
         """One election step, then, while leading, one step of every job. True when this controller acted."""
@@ -120,6 +123,7 @@ class LocalJobRunner:
         log_dir: Path,
         election: Election,
         process_cap: int | None = None,
+        metrics: ControllerMetrics | None = None,
     ) -> None:
         self.store = store
         self.job = job
@@ -127,6 +131,7 @@ class LocalJobRunner:
         self.log_dir = log_dir
         self.election = election
         self.process_cap = process_cap
+        self.metrics = metrics
         self.keys = JobKeys(job.metadata.namespace, job.metadata.name)
         self.controller: JobController | None = None
         self.workers: LocalProcesses | None = None
@@ -140,7 +145,9 @@ class LocalJobRunner:
             return self._shown_status()
         if self.controller is None:
             self.workers = local_workers(fenced, self.job, self.log_dir)
-            self.controller = JobController(fenced, self.job, self.workers, self.endpoints, self.process_cap)
+            self.controller = JobController(
+                fenced, self.job, self.workers, self.endpoints, self.process_cap, metrics=self.metrics
+            )
         try:
             return self.controller.step()
         except NotLeaderError as err:
