@@ -18,7 +18,7 @@ import json
 import logging
 import random
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from typing import Any
 
 from kubernetes import watch
@@ -45,8 +45,13 @@ class Informer:
         *args: Any,
         watch_seconds: float = 300,
         backoff_seconds: tuple[float, float] = (0.2, 30.0),
+        index: Callable[[dict[str, Any]], Hashable] | None = None,
         **kwargs: Any,
     ) -> None:
+        """`index`: a value per object to look objects up by (`indexed`), e.g. a pod's job: a job's pods
+        are then found without scanning every pod of the cluster."""
+        self.index = index
+        self._by_index: dict[Hashable, dict[Key, dict[str, Any]]] = {}
         self.list_function = list_function
         self.args, self.kwargs = args, kwargs
         self.on_change = on_change
@@ -69,6 +74,23 @@ class Informer:
     def get(self, namespace: str, name: str) -> dict[str, Any] | None:
         with self._lock:
             return self._cache.get((namespace, name))
+
+    def indexed(self, value: Hashable) -> list[dict[str, Any]]:
+        """The cached objects whose `index` is `value`."""
+        with self._lock:
+            return list(self._by_index.get(value, {}).values())
+
+    def _store(self, key: Key, obj: dict[str, Any] | None) -> None:
+        """Put (or, with None, drop) one object, keeping the index in step; under the lock."""
+        old = self._cache.pop(key, None)
+        if old is not None and self.index is not None:
+            bucket = self._by_index.get(self.index(old), {})
+            bucket.pop(key, None)
+        if obj is None:
+            return
+        self._cache[key] = obj
+        if self.index is not None:
+            self._by_index.setdefault(self.index(obj), {})[key] = obj
 
     def wait_synced(self, timeout: float) -> bool:
         """True once the first list is in the cache (act only then: an empty cache is not "no objects")."""
@@ -111,7 +133,9 @@ class Informer:
         with self._lock:
             gone = [obj for key, obj in self._cache.items() if key not in fresh]
             changed = [obj for key, obj in fresh.items() if self._cache.get(key) != obj]
-            self._cache = fresh
+            self._cache, self._by_index = {}, {}
+            for key, obj in fresh.items():
+                self._store(key, obj)
         self.relists += 1
         self._synced.set()
         for obj in [*gone, *changed]:
@@ -138,10 +162,7 @@ class Informer:
                     continue
                 key = object_key(obj)
                 with self._lock:
-                    if kind == "DELETED":
-                        self._cache.pop(key, None)
-                    else:
-                        self._cache[key] = copy.deepcopy(obj)
+                    self._store(key, None if kind == "DELETED" else copy.deepcopy(obj))
                 self.on_change(obj)
                 if self._stop.is_set():
                     return

@@ -98,10 +98,11 @@ class KubernetesControllerManager:
         return Informer(self.custom.list_cluster_custom_object, enqueue, GROUP, VERSION, PLURAL)
 
     def _pod_informer(self) -> Informer:
-        enqueue = self._enqueue_pods_job
+        enqueue, by_job = self._enqueue_pods_job, _job_of_pod
         if self.watch_namespace:
-            return Informer(self.core.list_namespaced_pod, enqueue, self.watch_namespace, label_selector=_WORKER_PODS)
-        return Informer(self.core.list_pod_for_all_namespaces, enqueue, label_selector=_WORKER_PODS)
+            return Informer(self.core.list_namespaced_pod, enqueue, self.watch_namespace, label_selector=_WORKER_PODS,
+                            index=by_job)  # fmt: skip
+        return Informer(self.core.list_pod_for_all_namespaces, enqueue, label_selector=_WORKER_PODS, index=by_job)
 
     def _enqueue_job(self, obj: dict[str, Any]) -> None:
         """A job changed: queue it, unless only its status did (controller-runtime's generation predicate).
@@ -115,9 +116,9 @@ class KubernetesControllerManager:
             self.queue.add(key)
 
     def _enqueue_pods_job(self, pod: dict[str, Any]) -> None:
-        job = ((pod.get("metadata") or {}).get("labels") or {}).get(_WORKER_PODS)
+        namespace, job = _job_of_pod(pod)
         if job:
-            self.queue.add((pod["metadata"].get("namespace") or "", job))
+            self.queue.add((namespace, job))
 
     # --- lifecycle ---
 
@@ -228,7 +229,8 @@ class KubernetesControllerManager:
             check(f"adding the cleanup finalizer of {job_key}")
             self._set_finalizers(obj, [*(meta.get("finalizers") or []), JOB_FINALIZER])
         if job_key not in self.controllers:
-            pods = KubernetesWorkers(self.core, job, pods=self.pods.items, etcd_secret=self.worker_etcd_secret)
+            cached = partial(self.pods.indexed, (namespace, name))  # this job's pods only, from the cache
+            pods = KubernetesWorkers(self.core, job, pods=cached, etcd_secret=self.worker_etcd_secret)
             workers = FencedWorkers(pods, check)
             status = KubeStatus(self.custom, self.core, job, obj.get("status") or None, instance=self.elector.identity)
             controller = JobController(store, job, workers, self.endpoints, spec_from_store=False)
@@ -327,6 +329,12 @@ class KubernetesControllerManager:
                                            "uid": meta.get("uid")}})  # fmt: skip
         except Exception:
             return None
+
+
+def _job_of_pod(pod: dict[str, Any]) -> tuple[str, str]:
+    """(namespace, job name) of a worker pod, from its `elastic.dev/job` label."""
+    meta = pod.get("metadata") or {}
+    return meta.get("namespace") or "", (meta.get("labels") or {}).get(_WORKER_PODS) or ""
 
 
 _REASONS = {403: "Forbidden", 409: "Conflict", 422: "Invalid", 429: "TooManyRequests"}

@@ -29,6 +29,7 @@ class WorkQueue:
         self._active: set[Hashable] = set()
         self._again: set[Hashable] = set()  # added while being handled: queued again when done
         self._later: list[tuple[float, int, Hashable]] = []  # (when, tie-breaker, key)
+        self._due: dict[Hashable, float] = {}  # each waiting key's one time
         self._failures: dict[Hashable, int] = {}
         self._order = itertools.count()
         self._cond = threading.Condition()
@@ -43,11 +44,17 @@ class WorkQueue:
                 self._cond.notify()
 
     def add_after(self, key: Hashable, seconds: float) -> None:
+        """Queue `key` in `seconds`; a key waits at most once, for the earliest time asked (client-go's
+        delaying queue): each event must not start another requeue chain of its own."""
         if seconds <= 0:
             self.add(key)
             return
+        when = time.monotonic() + seconds
         with self._cond:
-            heapq.heappush(self._later, (time.monotonic() + seconds, next(self._order), key))
+            if key in self._due and self._due[key] <= when:
+                return
+            self._due[key] = when
+            heapq.heappush(self._later, (when, next(self._order), key))
             self._cond.notify()
 
     def retry(self, key: Hashable) -> float:
@@ -92,12 +99,15 @@ class WorkQueue:
 
     def __len__(self) -> int:
         with self._cond:
-            return len(self._ready) + len(self._later)
+            return len(self._ready) + len(self._due)
 
     def _promote_due(self) -> None:
         now = time.monotonic()
         while self._later and self._later[0][0] <= now:
-            _, _, key = heapq.heappop(self._later)
+            when, _, key = heapq.heappop(self._later)
+            if self._due.get(key) != when:
+                continue  # superseded by an earlier time for the same key
+            del self._due[key]
             if key in self._active:
                 self._again.add(key)
             elif key not in self._queued:

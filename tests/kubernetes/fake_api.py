@@ -830,6 +830,7 @@ class _Server(ThreadingHTTPServer):
 class _Handler(BaseHTTPRequestHandler):
     fake: FakeApiServer
     protocol_version = "HTTP/1.1"  # keep-alive, and chunked watch streams
+    disable_nagle_algorithm = True  # as Go's server: no 40 ms delayed-ACK stall on every small response
 
     def log_message(self, *args: Any) -> None:
         pass

@@ -47,3 +47,14 @@ def test_a_failing_key_backs_off_alone_and_forget_resets_it() -> None:
     assert queue.get(1.0) == "bad"
     queue.forget("bad")
     queue.done("bad")
+
+
+def test_a_key_waits_once_at_the_earliest_time_asked() -> None:
+    queue = WorkQueue()
+    for _ in range(5):
+        queue.add_after("a", 30.0)  # every event of a running job asks again: still one entry
+    queue.add_after("a", 0.05)
+    assert len(queue) == 1
+    assert queue.get(1.0) == "a"
+    queue.done("a")
+    assert queue.get(0.1) is None, "the later requests were folded into the earliest"
