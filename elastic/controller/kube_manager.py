@@ -31,13 +31,17 @@ from elastic.spec import ElasticJob, parse_job
 from elastic.spec.crd import GROUP, PLURAL, VERSION
 from elastic.store import Delete, JobKeys, ModRevisionIs, Put, Store
 from elastic.store.fenced import FencedStore
-from elastic.store.keys import controller_leader_key
+from elastic.store.keys import controller_leader_key, job_keys_prefix
+from elastic.store.watch import PrefixWatch
 
 log = logging.getLogger(__name__)
 
 
 JOB_FINALIZER = "elastic.dev/cleanup"  # on each ElasticJob: its etcd keys go before the object does
-ACTIVE_REQUEUE_SECONDS = 1.0  # a running job is reconciled again this often (its rounds live in etcd)
+ACTIVE_REQUEUE_SECONDS = 5.0  # a running job is reconciled again at least this often (progress, a safety net)
+# A change under these keys of a job (in etcd) queues the job at once: what a reconcile decides on. Not the
+# agents' torch store, progress or incident answers, which change far more often and decide nothing.
+_DECIDING_KEYS = frozenset({"round", "members", "closed", "budget", "departed", "done", "exits", "incidents"})
 RESYNC_SECONDS = 300.0  # every cached job once more, for an event that might have been lost
 _WORKER_PODS = "elastic.dev/job"  # label selector: every pod of every ElasticJob
 
@@ -47,10 +51,11 @@ class KubernetesControllerManager:
 
     Reads come from two informers (informer.py): the ElasticJobs and every worker pod, each listed once and
     then followed by a watch, so a pass makes no list request at all; a change enqueues its job in a work
-    queue (workqueue.py), and a running job is queued again every ACTIVE_REQUEUE_SECONDS for what happens
-    in etcd. One job's handling never stops another's: an API error for a job (403 from Pod Security, 409,
-    422, 429, 5xx) becomes a `ReconcileError` condition and a Warning event on that job, and the job is
-    retried after a growing delay.
+    queue (workqueue.py); a watch of the jobs' keys in etcd queues a job when its round, members or budget
+    change, and a running job is queued again every ACTIVE_REQUEUE_SECONDS. One job's handling never stops
+    another's: an API error for a job (409, 429, 5xx, an RBAC 403) becomes a `ReconcileError` condition and
+    a Warning event on that job, and the job is retried after a growing delay; a pod the API server refuses
+    for good (Pod Security, an invalid template) fails that job (WorkerStartFailed).
 
     Only the leader acts (kube_leadership.py): each pass asks for the fenced store of the etcd epoch and
     every etcd write goes through it. The ElasticJob object is the only truth for the spec: it is mirrored
@@ -89,6 +94,7 @@ class KubernetesControllerManager:
         self.controllers: dict[str, tuple[JobController, FencedWorkers, KubeStatus]] = {}
         self.finished: set[str] = set()  # `namespace/name/uid` of jobs already wound down
         self._resynced = time.monotonic()
+        self._closed = threading.Event()
 
     def _job_informer(self) -> Informer:
         enqueue = self._enqueue_job
@@ -127,17 +133,37 @@ class KubernetesControllerManager:
         return self.jobs.wait_synced(0) and self.pods.wait_synced(0)
 
     def start(self) -> KubernetesControllerManager:
-        """Start renewing (or trying to take) the Lease, and the informers, each on its own thread."""
+        """Start renewing (or trying to take) the Lease, the informers and the etcd watch, each on a thread."""
         self.leadership.start()
         self.jobs.start()
         self.pods.start()
+        threading.Thread(target=self._follow_etcd, name="etcd-jobs-watch", daemon=True).start()
         return self
 
     def close(self) -> None:
         """Stop renewing, give the etcd epoch and the Lease up: another replica takes over at once."""
+        self._closed.set()
         self.jobs.stop()
         self.pods.stop()
         self.leadership.close()
+
+    def _follow_etcd(self) -> None:
+        """Queue a job as soon as its round, members, budget or end change in etcd (an agent's report, a
+        lost lease): the informers see the API server only. On any watch failure, start it again."""
+        prefix = job_keys_prefix()
+        while not self._closed.is_set():
+            try:
+                with PrefixWatch(self.store, prefix) as watch:
+                    while not self._closed.is_set():
+                        event = watch.get(timeout=0.5)
+                        parts = event.key[len(prefix):].split("/") if event is not None else []
+                        if len(parts) >= 3 and parts[2] in _DECIDING_KEYS:
+                            self.queue.add((parts[0], parts[1]))
+            except ElasticError as err:
+                log.warning("etcd watch of %s: %s; watching again", prefix, err)
+                for key in list(self.controllers):  # whatever was missed meanwhile
+                    self.queue.add(tuple(key.split("/", 1)))
+                self._closed.wait(1.0)
 
     def __enter__(self) -> KubernetesControllerManager:
         return self.start()
