@@ -144,14 +144,12 @@ def run_job(args: argparse.Namespace) -> int:
 
 def run_controller(args: argparse.Namespace) -> int:
     _stop_on_sigterm()
-    if args.backend == "kubernetes" and args.metrics_port is not None:
-        raise PermanentError("--metrics-port: not served by --backend kubernetes yet (local backend only)")
     store = connect(args)
     metrics = serve_metrics(args)
     if args.backend == "kubernetes":  # ElasticJobs from the API server, one leader among the replicas
         from elastic.controller.kube_manager import run_kubernetes_controller
 
-        return run_kubernetes_controller(store, args.etcd, health_port=args.health_port)
+        return run_kubernetes_controller(store, args.etcd, health_port=args.health_port, metrics=metrics)
     manager = LocalControllerManager(
         store,
         args.etcd,

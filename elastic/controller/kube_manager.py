@@ -24,6 +24,7 @@ from elastic.controller.kube_leadership import FencedWorkers, KubeLeadership, ex
 from elastic.controller.kube_status import KubeStatus
 from elastic.controller.leader import LEASE_NAME, KubernetesLeases, LeaderElector
 from elastic.controller.loop import JobController
+from elastic.controller.metrics_export import ControllerMetrics
 from elastic.controller.status import FINAL_PHASES
 from elastic.controller.workqueue import WorkQueue
 from elastic.errors import ElasticError, NotLeaderError, PermanentError
@@ -75,8 +76,10 @@ class KubernetesControllerManager:
         lease_seconds: int = 15,
         on_lost: Callable[[str], None] | None = None,
         worker_etcd_secret: str | None = None,
+        metrics: ControllerMetrics | None = None,
     ) -> None:
         self.store = store
+        self.metrics = metrics  # one per process: counts survive a change of leader
         self.worker_etcd_secret = worker_etcd_secret
         self.endpoints = endpoints
         self.core = CoreV1Api(api_client)
@@ -259,7 +262,7 @@ class KubernetesControllerManager:
             pods = KubernetesWorkers(self.core, job, pods=cached, etcd_secret=self.worker_etcd_secret)
             workers = FencedWorkers(pods, check)
             status = KubeStatus(self.custom, self.core, job, obj.get("status") or None, instance=self.elector.identity)
-            controller = JobController(store, job, workers, self.endpoints, spec_from_store=False)
+            controller = JobController(store, job, workers, self.endpoints, spec_from_store=False, metrics=self.metrics)
             self.controllers[job_key] = (controller, workers, status)
         controller, workers, kube_status = self.controllers[job_key]
         controller.job = job  # the object's spec, this pass (kubectl scale/edit)
@@ -373,7 +376,9 @@ def _api_message(err: ApiException) -> str:
         return str(err.reason)
 
 
-def run_kubernetes_controller(store: Store, endpoints: str, health_port: int | None = None) -> int:
+def run_kubernetes_controller(
+    store: Store, endpoints: str, health_port: int | None = None, metrics: ControllerMetrics | None = None
+) -> int:
     """In a pod: in-cluster config, identity POD_NAME, Lease in POD_NAMESPACE, ElasticJobs of
     WATCH_NAMESPACE only when set (the namespaced install), worker pods' etcd credentials from the Secret
     ELASTIC_WORKER_ETCD_SECRET names (in each job's namespace); elsewhere: the kubeconfig."""
@@ -389,7 +394,7 @@ def run_kubernetes_controller(store: Store, endpoints: str, health_port: int | N
     watched = os.environ.get("WATCH_NAMESPACE") or None
     manager = KubernetesControllerManager(
         store, endpoints, ApiClient(), identity, namespace, watch_namespace=watched, on_lost=exit_on_loss,
-        worker_etcd_secret=os.environ.get("ELASTIC_WORKER_ETCD_SECRET") or None,
+        worker_etcd_secret=os.environ.get("ELASTIC_WORKER_ETCD_SECRET") or None, metrics=metrics,
     )
     if health_port is not None:
         serve_health(health_port, manager.ready)

@@ -28,8 +28,3 @@ def test_a_port_in_use_fails_before_etcd_or_any_worker_starts() -> None:
     assert result.returncode == 1, result.stdout + result.stderr
     assert result.stderr.splitlines()[0].startswith(f"error: --metrics-port {port}: "), result.stderr
     assert "etcd" not in result.stdout and "submitted" not in result.stdout
-
-
-def test_the_kubernetes_backend_refuses_it_in_one_line() -> None:
-    result = elastic("controller", "--backend", "kubernetes", "--metrics-port", "9100", "--etcd", "http://127.0.0.1:1")
-    assert result.returncode == 1 and result.stderr.startswith("error: --metrics-port: not served"), result.stderr

@@ -157,3 +157,24 @@ def test_the_health_endpoints_answer_the_kubelets_probes() -> None:
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_the_kubernetes_controller_records_its_jobs_metrics(fake, api_client, etcd_server) -> None:
+    from prometheus_client import CollectorRegistry
+
+    from elastic.controller.metrics_export import ControllerMetrics
+
+    metrics = ControllerMetrics(CollectorRegistry())
+    with Store(etcd_server.client_url, retry_seconds=5) as store:
+        manager = KubernetesControllerManager(store, etcd_server.client_url, api_client, "controller-m",
+                                              "elastic-system", lease_seconds=2, metrics=metrics).start()  # fmt: skip
+        try:
+            name = f"m-{uuid.uuid4().hex[:6]}"
+            fake.add_job(job_doc(name))
+            pods_until(fake, manager, name, 2)
+            labels = {"namespace": "team-a", "job": name}
+            assert metrics.registry.get_sample_value("elastic_replicas_desired", labels) == 2
+            assert metrics.registry.get_sample_value("elastic_rounds_total", labels) == 1
+        finally:
+            manager.close()
+            store.delete(controller_leader_key("kubernetes"))
