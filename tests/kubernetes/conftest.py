@@ -6,6 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 from fake_api import FakeApiServer
+from kube_harness import harness  # noqa: F401 - a fixture shared by the Kubernetes tests
 from kubernetes import client
 
 

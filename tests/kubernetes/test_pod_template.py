@@ -16,10 +16,10 @@ from typing import Any
 
 import kubernetes_validate
 import pytest
-import yaml
-from fake_api import FakeApiServer, rbac_allows
+from fake_api import FakeApiServer
+from kube_harness import _until
 from kubernetes import client
-from test_kube_workers import RBAC, Harness, _until, pod
+from test_kube_workers import pod
 
 from elastic.cluster.base import WorkerLaunch, WorkerStartError
 from elastic.cluster.kubernetes import CONTAINER_SECURITY, KubernetesWorkers, exit_reason, observe_pod, pod_manifest
@@ -306,21 +306,6 @@ def test_how_a_pod_ended_is_classified(pod_json: dict, code: int, reason: str | 
     seen = observe_pod(pod_json, stopping=False)
     assert (seen.alive, seen.exit_code, seen.reason) == (False, code, reason)
     assert exit_reason(pod_json) == reason
-
-
-@pytest.fixture
-def harness(fake, api_client, admin_client, etcd_server):
-    made: list[Harness] = []
-
-    def make(**spec: Any) -> Harness:
-        made.append(Harness(fake, api_client, admin_client, etcd_server, **spec))
-        return made[-1]
-
-    yield make
-    for h in made:
-        h.close()
-    allowed = rbac_allows(list(yaml.safe_load_all(RBAC.read_text())))
-    assert set(fake.requests) <= allowed, f"requests outside manifests/rbac.yaml: {set(fake.requests) - allowed}"
 
 
 def test_an_init_container_failure_is_charged_and_a_rule_can_fail_the_job_on_it(harness) -> None:
