@@ -280,18 +280,8 @@ class KubernetesControllerManager:
     def _sync(self, obj: dict[str, Any], store: Store) -> ElasticJob | None:
         """The ElasticJob as the controller runs it, its spec mirrored into etcd (for the agents' failure
         rules) when new or changed. Never read back: etcd is not where a pod's command comes from."""
-        meta = obj.get("metadata") or {}
-        try:
-            job = parse_job(
-                {
-                    "apiVersion": obj.get("apiVersion"),
-                    "kind": obj.get("kind"),
-                    "metadata": {"name": meta.get("name"), "namespace": meta.get("namespace"), "uid": meta.get("uid")},
-                    "spec": obj.get("spec"),
-                }
-            )
-        except Exception as err:  # the CRD schema should have refused it; never stop the others for one
-            log.warning("ElasticJob %s/%s skipped: %s", meta.get("namespace"), meta.get("name"), err)
+        job = _job_of(obj)
+        if job is None:
             return None
         keys = JobKeys(job.metadata.namespace, job.metadata.name)
         existing = store.get(keys.spec)
@@ -340,7 +330,7 @@ class KubernetesControllerManager:
         if entry is not None:
             status = entry[2]
         else:
-            job = self._parsed(obj)
+            job = _job_of(obj)
             if job is None:
                 return
             status = KubeStatus(self.custom, self.core, job, obj.get("status") or None, self.elector.identity)
@@ -349,15 +339,22 @@ class KubernetesControllerManager:
         except ApiException as again:  # the API server refuses even that: the log line is all there is
             log.warning("job %s/%s: could not report %s: %s", namespace, name, reason, again.reason)
 
-    @staticmethod
-    def _parsed(obj: dict[str, Any]) -> ElasticJob | None:
-        meta = obj.get("metadata") or {}
-        try:
-            return parse_job({"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"), "spec": obj.get("spec"),
-                              "metadata": {"name": meta.get("name"), "namespace": meta.get("namespace"),
-                                           "uid": meta.get("uid")}})  # fmt: skip
-        except Exception:
-            return None
+def _job_of(obj: dict[str, Any]) -> ElasticJob | None:
+    """The ElasticJob an API object describes (its spec, name, namespace and uid), or None, logged: the CRD
+    schema should have refused a spec that does not parse, and one such object never stops the others."""
+    meta = obj.get("metadata") or {}
+    try:
+        return parse_job(
+            {
+                "apiVersion": obj.get("apiVersion"),
+                "kind": obj.get("kind"),
+                "metadata": {"name": meta.get("name"), "namespace": meta.get("namespace"), "uid": meta.get("uid")},
+                "spec": obj.get("spec"),
+            }
+        )
+    except Exception as err:
+        log.warning("ElasticJob %s/%s skipped: %s", meta.get("namespace"), meta.get("name"), err)
+        return None
 
 
 def _job_of_pod(pod: dict[str, Any]) -> tuple[str, str]:

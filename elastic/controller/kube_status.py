@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import logging
 import secrets
+import time
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from typing import Any
 
 from kubernetes.client import ApiException, CoreV1Api, CustomObjectsApi
 
 from elastic.cluster.kubernetes import job_selector
-from elastic.controller.status import FAILED, RESTARTING, WORKERS_WAITING
+from elastic.controller.status import FAILED, RESTARTING, WORKERS_WAITING, timestamp
 from elastic.spec import ElasticJob
 from elastic.spec.crd import GROUP, PLURAL, VERSION
 
@@ -65,10 +65,6 @@ def _condition(status: dict[str, Any], kind: str) -> dict[str, Any]:
     return next((c for c in status.get("conditions") or [] if c.get("type") == kind), {})
 
 
-def _now() -> datetime:
-    return datetime.now(timezone.utc)
-
-
 class KubeStatus:
     """Writes one ElasticJob's status and events. `previous`: the status already on the object, if any."""
 
@@ -114,7 +110,7 @@ class KubeStatus:
         """An API error while reconciling this job: a `ReconcileError` condition and a Warning event. The
         next published status (the error gone) drops the condition again."""
         meta = self.job.metadata
-        now = _now().strftime("%Y-%m-%dT%H:%M:%SZ")
+        now = timestamp(time.time())
         kept = [c for c in (self.last or {}).get("conditions") or [] if c.get("type") != RECONCILE_ERROR]
         condition = {"type": RECONCILE_ERROR, "status": "True", "reason": reason, "message": message,
                      "lastTransitionTime": now}  # fmt: skip
@@ -125,7 +121,7 @@ class KubeStatus:
 
     def emit(self, event: JobEvent) -> None:
         meta = self.job.metadata
-        now = _now()
+        now = timestamp(time.time())
         body = {
             "metadata": {"name": f"{meta.name}.{secrets.token_hex(8)}", "namespace": meta.namespace},
             "involvedObject": {
@@ -138,8 +134,8 @@ class KubeStatus:
             "type": event.type,
             "reason": event.reason,
             "message": event.message,
-            "firstTimestamp": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
-            "lastTimestamp": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "firstTimestamp": now,
+            "lastTimestamp": now,
             "count": 1,
             "source": {"component": COMPONENT},
             "reportingComponent": f"{GROUP}/controller",

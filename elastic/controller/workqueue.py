@@ -36,12 +36,16 @@ class WorkQueue:
 
     def add(self, key: Hashable) -> None:
         with self._cond:
-            if key in self._active:
-                self._again.add(key)
-            elif key not in self._queued:
-                self._queued.add(key)
-                self._ready.append(key)
-                self._cond.notify()
+            self._enqueue(key)
+
+    def _enqueue(self, key: Hashable) -> None:
+        """Ready `key` once, or, while it is being handled, again right after (under the lock)."""
+        if key in self._active:
+            self._again.add(key)
+        elif key not in self._queued:
+            self._queued.add(key)
+            self._ready.append(key)
+            self._cond.notify()
 
     def add_after(self, key: Hashable, seconds: float) -> None:
         """Queue `key` in `seconds`; a key waits at most once, for the earliest time asked (client-go's
@@ -92,10 +96,7 @@ class WorkQueue:
             self._active.discard(key)
             if key in self._again:
                 self._again.discard(key)
-                if key not in self._queued:
-                    self._queued.add(key)
-                    self._ready.append(key)
-                    self._cond.notify()
+                self._enqueue(key)
 
     def __len__(self) -> int:
         with self._cond:
@@ -108,8 +109,4 @@ class WorkQueue:
             if self._due.get(key) != when:
                 continue  # superseded by an earlier time for the same key
             del self._due[key]
-            if key in self._active:
-                self._again.add(key)
-            elif key not in self._queued:
-                self._queued.add(key)
-                self._ready.append(key)
+            self._enqueue(key)
