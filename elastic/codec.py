@@ -124,11 +124,14 @@ class AliveRecord(_Wire):
 
 
 class ProgressRecord(_Wire):
-    """What rank 0 reports (`examples/`); other keys it adds are kept out of the status."""
+    """What rank 0 reports (`examples/`); other keys it adds are kept out of the status. `total` (the steps
+    the job will run) and `at` (when, epoch seconds) are optional: the live view shows an ETA with them."""
 
     step: NonNegative
     loss: float | None = None
     world_size: NonNegative | None = None
+    total: NonNegative | None = None
+    at: Seconds | None = None
 
 
 class WorkerRecord(_Wire):

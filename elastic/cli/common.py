@@ -10,6 +10,8 @@ from collections.abc import Callable
 from typing import Any
 
 from elastic.cli.endpoint_file import read_endpoint
+from elastic.cli.live_state import LiveState, of_status
+from elastic.cli.live_view import status_line
 from elastic.cluster.local import MAX_PROCESSES_ENV, PROCESSES_PER_CPU, default_max_processes
 from elastic.policy.spec_warnings import spec_warnings
 from elastic.spec import ElasticJob
@@ -38,6 +40,11 @@ def add_etcd_option(parser: argparse.ArgumentParser, required: bool = True) -> N
     for name, flag in FLAGS.items():
         note = "; prefer the variable: a command line is visible to every local user" if name == "password" else ""
         group.add_argument(flag, dest=f"etcd_{name}", default=None, help=f"default: ${ENV_VARS[name]}{note}")
+
+
+def add_no_tty_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--no-tty", action="store_true",
+                        help="plain lines, one per change, even on a terminal (as when output goes to a file)")
 
 
 def whole_number(low: int, high: int) -> Callable[[str], int]:
@@ -87,36 +94,19 @@ def connect(args: argparse.Namespace, endpoints: str | None = None) -> Store:
 
 
 class StatusPrinter:
-    """One line per visible change of a job: phase, round, world size, replicas, budget, step and loss."""
+    """One line per visible change of a job's status (`elastic controller`, polling every job it runs)."""
 
     def __init__(self) -> None:
         self.started = time.monotonic()
-        self.last: tuple[Any, ...] | None = None
+        self.last: LiveState | None = None
 
     def __call__(self, status: dict[str, Any], job: str | None = None) -> None:
-        progress = status.get("progress", {})
-        shown = (
-            status.get("phase"),
-            status.get("round"),
-            status.get("worldSize"),
-            status.get("replicasText"),
-            status.get("restartsText"),
-            progress.get("step"),
-        )
-        if shown == self.last:
+        state = of_status(status)
+        if not state.changed_from(self.last):
             return
-        self.last = shown
-        print(format_status_line(status, time.monotonic() - self.started, job), flush=True)
+        self.last = state
+        print(status_line(state, time.monotonic() - self.started, job), flush=True)
 
 
 def format_status_line(status: dict[str, Any], elapsed: float | None = None, job: str | None = None) -> str:
-    progress = status.get("progress", {})
-    parts = [f"[{elapsed:6.1f}s]" if elapsed is not None else "", job or ""]
-    parts.append(f"{status.get('phase', '?'):<10}")
-    parts.append(f"round {status.get('round', 0):<3} world {status.get('worldSize', 0):<2}")
-    parts.append(f"replicas {status.get('replicasText', '-'):<5} restarts {status.get('restartsText', '-'):<5}")
-    if "step" in progress:
-        parts.append(f"step {progress['step']:<5} loss {progress.get('loss', float('nan')):.4f}")
-    if status.get("phase") in ("Restarting", "Succeeded", "Failed"):
-        parts.append(f"({status.get('reason')}: {status.get('message')})")
-    return " ".join(p for p in parts if p)
+    return status_line(of_status(status), elapsed, job)

@@ -13,10 +13,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from elastic.cli.common import add_etcd_option, connect
-from elastic.cli.show import age, columns, controller_leading, root_cause_lines
-from elastic.controller.inspect import JobReport, find_job, read_report, timeline
+from elastic.cli.show import age, columns, controller_leading, require_job, root_cause_lines
+from elastic.controller.inspect import JobReport, read_report, timeline
 from elastic.controller.status import timestamp
-from elastic.errors import PermanentError
 from elastic.policy.bounds import clamp_replicas
 from elastic.store import JobKeys
 
@@ -32,10 +31,7 @@ def register(verbs: argparse._SubParsersAction) -> None:
 def describe_cmd(args: argparse.Namespace) -> int:
     keys = JobKeys.parse(args.job)
     with connect(args) as store:
-        job = find_job(store, keys)
-        if job is None:
-            raise PermanentError(f"no job {keys.namespace}/{keys.name} in etcd at {args.etcd}")
-        report = read_report(store, job)
+        report = read_report(store, require_job(store, keys, args.etcd))
         leader = controller_leading(store)
     print("\n".join(describe(report, leader)))
     return 0

@@ -14,7 +14,8 @@ import time
 from pathlib import Path
 
 from elastic.cli.common import add_etcd_option, connect, whole_number
-from elastic.controller.inspect import JobReport, WorkerLog, find_job, read_report, tail, worker_of
+from elastic.cli.show import require_job
+from elastic.controller.inspect import JobReport, WorkerLog, read_report, tail, worker_of
 from elastic.controller.status import FINAL_PHASES
 from elastic.errors import PermanentError
 from elastic.spec.model import INT32_MAX
@@ -60,10 +61,7 @@ def logs_cmd(args: argparse.Namespace) -> int:
 
 
 def _report(store: Store, keys: JobKeys, endpoints: str) -> JobReport:
-    job = find_job(store, keys)
-    if job is None:
-        raise PermanentError(f"no job {keys.namespace}/{keys.name} in etcd at {endpoints}")
-    return read_report(store, job)
+    return read_report(store, require_job(store, keys, endpoints))
 
 
 def choose(report: JobReport, wanted: str | None, quiet: bool = False) -> list[WorkerLog]:

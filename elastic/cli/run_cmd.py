@@ -12,6 +12,7 @@ from pathlib import Path
 from elastic.cli.common import (
     StatusPrinter,
     add_etcd_option,
+    add_no_tty_option,
     add_process_cap_option,
     connect,
     format_status_line,
@@ -19,6 +20,7 @@ from elastic.cli.common import (
     process_cap,
     whole_number,
 )
+from elastic.cli.live_watch import Following
 from elastic.cli.show import root_cause_lines
 from elastic.controller.election import Election
 from elastic.controller.inspect import read_report
@@ -47,6 +49,7 @@ def register(verbs: argparse._SubParsersAction) -> None:
     run.add_argument("--log-dir", type=Path, default=None, help="where worker logs go (default: a temp dir)")
     add_process_cap_option(run)
     add_metrics_option(run)
+    add_no_tty_option(run)
     run.set_defaults(run=run_job)
 
     controller = verbs.add_parser(
@@ -104,14 +107,16 @@ def run_job(args: argparse.Namespace) -> int:
     _stop_on_sigterm()
     store = connect(args, endpoints) if server is None else Store(endpoints)
     keys = JobKeys(job.metadata.namespace, job.metadata.name)
-    runner = None
+    runner = view = None
     try:
         job = submit_job(store, job)
         print(f"job {job.key} submitted (run {job.metadata.uid}); worker logs in {log_dir}", flush=True)
+        # The view follows the job's keys with a watch (every round change), beside the controller's loop.
+        view = Following(store, keys, args.no_tty)
         # One acting controller per etcd: if an `elastic controller` leads, it runs the job and we follow.
         election = Election(store, role="run", on_change=lambda line: print(line, flush=True))
         runner = LocalJobRunner(store, job, endpoints, log_dir, election, cap, metrics)
-        status = runner.run_until_done(StatusPrinter())
+        status = runner.run_until_done()
         cause = [] if status.get("phase") == "Succeeded" else root_cause_lines(read_report(store, job))
     except KeyboardInterrupt as stop:
         how = "SIGTERM" if isinstance(stop, Terminated) else "Ctrl-C"
@@ -130,6 +135,8 @@ def run_job(args: argparse.Namespace) -> int:
         if runner is not None:
             runner.stop_workers()
             runner.election.resign()
+        if view is not None:  # the job's end shown, the terminal handed back before the last lines
+            view.close()
         store.close()
         if server is not None:
             server.remove()

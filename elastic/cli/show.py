@@ -8,9 +8,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from elastic.codec import leader_holder
-from elastic.controller.inspect import JobReport, failed_worker_log, tail
+from elastic.controller.inspect import JobReport, failed_worker_log, find_job, tail
 from elastic.controller.status import parse_timestamp
-from elastic.store import Store
+from elastic.errors import PermanentError
+from elastic.spec import ElasticJob
+from elastic.store import JobKeys, Store
 from elastic.store.keys import controller_leader_key
 
 ROOT_CAUSE_LINES = 10
@@ -26,6 +28,14 @@ def root_cause_lines(report: JobReport, lines: int = ROOT_CAUSE_LINES, include_r
     if not last:
         return [f"{head} (not readable here: 'elastic logs {report.job.key} --worker {found.worker}' on its machine)"]
     return [f"{head} (last {len(last)} lines):", *(f"  | {line}" for line in last)]
+
+
+def require_job(store: Store, keys: JobKeys, endpoints: str) -> ElasticJob:
+    """The job these keys name, or one line saying that etcd has no such job."""
+    job = find_job(store, keys)
+    if job is None:
+        raise PermanentError(f"no job {keys.namespace}/{keys.name} in etcd at {endpoints}")
+    return job
 
 
 def age(status: dict[str, Any], now: float | None = None) -> str:

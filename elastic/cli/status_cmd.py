@@ -1,4 +1,4 @@
-"""`elastic status [JOB] [-o table|wide|json|yaml]`: jobs as kubectl shows objects.
+"""`elastic status [JOB] [-o table|wide|json|yaml] [-w]`: jobs as kubectl shows objects, or one followed live.
 
 `-o json|yaml` prints Kubernetes-shaped objects (`apiVersion`, `kind`, `metadata`, `spec`, `status`; a
 `List` of them without JOB), so the same tools read a local job and an ElasticJob from the API server.
@@ -13,10 +13,11 @@ from typing import Any
 
 import yaml
 
-from elastic.cli.common import add_etcd_option, connect
-from elastic.cli.show import age, columns, root_cause_lines
+from elastic.cli.common import add_etcd_option, add_no_tty_option, connect
+from elastic.cli.live_watch import JobFollower, make_sink
+from elastic.cli.show import age, columns, require_job, root_cause_lines
 from elastic.codec import CORRUPT_STATE
-from elastic.controller.inspect import JobReport, find_job, read_report
+from elastic.controller.inspect import JobReport, read_report
 from elastic.controller.submit import list_jobs
 from elastic.errors import PermanentError
 from elastic.store import JobKeys
@@ -30,20 +31,38 @@ def register(verbs: argparse._SubParsersAction) -> None:
     status.add_argument("-o", "--output", choices=OUTPUTS, default="table",
                         help="table, wide (more columns), json/yaml (Kubernetes-shaped objects), or name "
                         "(namespace/name, one a line: what shell completion offers)")
+    status.add_argument("-w", "--watch", action="store_true",
+                        help="follow JOB until it ends: a table redrawn in place on a terminal, with the last "
+                        "events (each round change and restart) under it; one line per change otherwise")
+    add_no_tty_option(status)
     add_etcd_option(status)
     status.set_defaults(run=status_cmd)
 
 
-def status_cmd(args: argparse.Namespace) -> int:
+def watch_cmd(args: argparse.Namespace) -> int:
+    """`status -w`: the live view of one job, driven by a watch on its keys, until its status is final."""
+    if not args.job:
+        raise PermanentError("status -w follows one job: name it (elastic status JOB -w)")
+    if args.output != "table":
+        raise PermanentError(f"status -w draws a table: -o {args.output} is for one look (drop -w or -o)")
+    keys = JobKeys.parse(args.job)
     with connect(args) as store:
-        if args.job:
-            wanted = JobKeys.parse(args.job)
-            job = find_job(store, wanted)
-            if job is None:
-                raise PermanentError(f"no job {wanted.namespace}/{wanted.name} in etcd at {args.etcd}")
-            jobs = [job]
-        else:
-            jobs = list_jobs(store)
+        require_job(store, keys, args.etcd)
+        sink = make_sink(args.no_tty)
+        try:
+            JobFollower(store, keys, sink).follow()
+        except KeyboardInterrupt:
+            pass
+        finally:
+            sink.close()
+    return 0
+
+
+def status_cmd(args: argparse.Namespace) -> int:
+    if args.watch:
+        return watch_cmd(args)
+    with connect(args) as store:
+        jobs = [require_job(store, JobKeys.parse(args.job), args.etcd)] if args.job else list_jobs(store)
         reports = [read_report(store, job) for job in jobs]
     if args.output == "name":
         print("".join(f"{r.job.key}\n" for r in reports), end="")

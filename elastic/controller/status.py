@@ -13,6 +13,8 @@ from typing import Any
 from elastic.codec import CORRUPT_STATE, STATUS_TIME_FORMAT, CorruptValueError
 from elastic.controller.reconcile import Observed
 from elastic.policy.bounds import clamp_replicas
+from elastic.policy.budget import Budget
+from elastic.rendezvous.state import JobState
 
 CREATED, RUNNING, RESTARTING, SUCCEEDED, FAILED = "Created", "Running", "Restarting", "Succeeded", "Failed"
 CONDITION_TYPES = (CREATED, RUNNING, RESTARTING, SUCCEEDED, FAILED)
@@ -30,9 +32,9 @@ def parse_timestamp(text: str) -> float:
     return datetime.strptime(text, TIME_FORMAT).replace(tzinfo=timezone.utc).timestamp()
 
 
-def phase_of(observed: Observed) -> tuple[str, str, str]:
-    """(phase, reason, message)."""
-    state = observed.state
+def phase_of(state: JobState) -> tuple[str, str, str]:
+    """(phase, reason, message) of the rendezvous state alone: the controller's status and the live view
+    (`elastic status -w`, which sees every round in the watch, also one the controller's poll missed)."""
     if state.closed is not None:
         phase = SUCCEEDED if state.closed.succeeded else FAILED
         return phase, state.closed.reason, state.closed.message
@@ -50,17 +52,21 @@ def phase_of(observed: Observed) -> tuple[str, str, str]:
     return RESTARTING, current.opened_by, f"round {current.number - 1} ended ({why}); re-forming"
 
 
+def restarts_taken(budget: Budget | None, max_restarts: int) -> tuple[int, int]:
+    """(restarts taken, maxRestarts). The failure that spent the budget was charged but never restarted, so
+    a job with maxRestarts 3 shows 3/3 when it fails on its 4th failure (the message says "4 failure(s) > 3")."""
+    return (min(budget.used, budget.max), budget.max) if budget else (0, max_restarts)
+
+
 def job_status(observed: Observed, previous: dict[str, Any] | None, progress: dict[str, Any] | None) -> dict[str, Any]:
     previous = previous or {}
     spec, state, now = observed.job.spec, observed.state, observed.now
-    phase, reason, message = phase_of(observed)
+    phase, reason, message = phase_of(state)
     desired = clamp_replicas(spec.replicas, spec.min_replicas, spec.max_replicas)
     # Only ready workers are active (what /scale reports to an HPA): a pod pulling its image is not.
     active = sum(1 for w in observed.workers if w.alive and w.ready and not w.stopping)
     budget = state.budget
-    # Restarts taken: the failure that spent the budget was charged but never restarted, so a job with
-    # maxRestarts 3 shows 3/3 when it fails on its 4th failure (the message says "4 failure(s) > 3").
-    used, limit = (min(budget.used, budget.max), budget.max) if budget else (0, spec.failure_policy.max_restarts)
+    used, limit = restarts_taken(budget, spec.failure_policy.max_restarts)
     status: dict[str, Any] = {
         "phase": phase,
         "reason": reason,
@@ -87,7 +93,7 @@ def job_status(observed: Observed, previous: dict[str, Any] | None, progress: di
             "round": last.round,
         }
     if progress:
-        status["progress"] = {k: progress[k] for k in ("step", "loss", "world_size") if k in progress}
+        status["progress"] = {k: progress[k] for k in ("step", "loss", "world_size", "total") if k in progress}
     if phase in FINAL_PHASES:
         status["completionTime"] = previous.get("completionTime") or timestamp(now)
     return status
