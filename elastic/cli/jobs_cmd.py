@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 from elastic.cli.common import add_etcd_option, connect, print_spec_warnings
+from elastic.cli.resume import add_resume_option, load_to_run
 from elastic.cli.show import controller_leading, warn_without_controller
 from elastic.codec import CorruptValueError, decode_json_object
 from elastic.controller.inspect import live_parts, wait_until_final
@@ -27,6 +28,7 @@ def register(verbs: argparse._SubParsersAction) -> None:
 
     submit = verbs.add_parser("submit", help="submit an ElasticJob to a running controller's etcd")
     submit.add_argument("job_file", metavar="JOB.yaml", type=Path)
+    add_resume_option(submit)
     add_etcd_option(submit)
     submit.set_defaults(run=submit_cmd)
 
@@ -60,8 +62,7 @@ def validate_job(args: argparse.Namespace) -> int:
 
 
 def submit_cmd(args: argparse.Namespace) -> int:
-    job = load_job(args.job_file)
-    print_spec_warnings(job, args.job_file, local=True)
+    job = load_to_run(args.job_file, args.resume)
     with connect(args) as store:
         job = submit_job(store, job)
         print(f"job {job.key} submitted (run {job.metadata.uid})")

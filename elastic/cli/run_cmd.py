@@ -16,11 +16,11 @@ from elastic.cli.common import (
     add_process_cap_option,
     connect,
     format_status_line,
-    print_spec_warnings,
     process_cap,
     whole_number,
 )
 from elastic.cli.live_watch import Following
+from elastic.cli.resume import add_resume_option, load_to_run
 from elastic.cli.show import root_cause_lines
 from elastic.controller.election import Election
 from elastic.controller.inspect import read_report
@@ -32,7 +32,6 @@ from elastic.errors import PermanentError
 from elastic.policy.bounds import clamp_replicas
 from elastic.rendezvous.run import JobRun
 from elastic.rendezvous.state import Closed
-from elastic.spec import load_job
 from elastic.store import JobKeys, Store
 from elastic.store.server import EtcdServer
 
@@ -42,7 +41,10 @@ def register(verbs: argparse._SubParsersAction) -> None:
         "run",
         help="run an ElasticJob on this machine (managed etcd + controller + worker processes)",
         description="Validate JOB.yaml, start a managed etcd unless --etcd is given, submit the job, run the "
-        "controller in this process with local worker processes, show progress, and exit 0 on Succeeded.",
+        "controller in this process with local worker processes, show progress (live on a terminal), and exit 0 "
+        "on Succeeded. Paths in JOB.yaml (the worker's workingDir, which defaults to the file's directory, and "
+        "spec.checkpointDir) are relative to the file, so it runs the same from any directory. Each run starts "
+        "from scratch unless the job sets spec.checkpointDir and --resume is given.",
     )
     run.add_argument("job_file", metavar="JOB.yaml", type=Path)
     add_etcd_option(run, required=False)
@@ -50,6 +52,7 @@ def register(verbs: argparse._SubParsersAction) -> None:
     add_process_cap_option(run)
     add_metrics_option(run)
     add_no_tty_option(run)
+    add_resume_option(run)
     run.set_defaults(run=run_job)
 
     controller = verbs.add_parser(
@@ -91,8 +94,7 @@ def serve_metrics(args: argparse.Namespace) -> ControllerMetrics | None:
 
 
 def run_job(args: argparse.Namespace) -> int:
-    job = load_job(args.job_file)  # a SpecError here means nothing was started and nothing written
-    print_spec_warnings(job, args.job_file, local=True)
+    job = load_to_run(args.job_file, args.resume)
     spec, cap = job.spec, process_cap(args)
     too_many = capacity_problem(job, clamp_replicas(spec.replicas, spec.min_replicas, spec.max_replicas), cap)
     if too_many:  # known before etcd starts: nothing is started or written

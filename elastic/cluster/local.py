@@ -27,6 +27,7 @@ from elastic.cluster.base import WorkerLaunch, WorkerObservation, WorkerStartErr
 from elastic.cluster.processes import descendants_of, is_worker
 from elastic.codec import CorruptValueError, WorkerExitRecord, WorkerRecord, decode_model
 from elastic.errors import ElasticError
+from elastic.spec.model import CHECKPOINT_DIR_ENV
 from elastic.store import Delete, EtcdAuth, JobKeys, Put, Store
 
 log = logging.getLogger(__name__)
@@ -36,7 +37,6 @@ STOP_GRACE_SECONDS = 15.0
 # Set in each agent's environment: where it records its exit code (and ELASTIC_ETCD_ENDPOINTS: in which etcd).
 EXIT_KEY_ENV = "ELASTIC_WORKER_EXIT_KEY"
 ENDPOINTS_ENV = "ELASTIC_ETCD_ENDPOINTS"
-CHECKPOINT_DIR_ENV = "ELASTIC_CHECKPOINT_DIR"
 
 # At most this many training processes (workers x nprocPerNode) run on this machine; more would only make
 # it thrash, and a typo such as `maxReplicas: 1000000000` must not fork until the machine falls over.

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 
 from elastic.spec import ElasticJob
+from elastic.spec.model import CHECKPOINT_DIR_ENV
 from elastic.store import EtcdAuth, JobKeys
 
 # A worker's own command may say `python`: locally that must be this interpreter (the project's venv).
@@ -44,6 +45,8 @@ def agent_env(job: ElasticJob, endpoints: str, auth: EtcdAuth | None = None) -> 
     (every local user can read a command line in `ps`). The agent and its workers read them back."""
     keys = JobKeys(job.metadata.namespace, job.metadata.name)
     env = {var.name: var.value for var in job.spec.worker.env}
+    if job.spec.checkpoint_dir is not None:  # the job's own directory, across runs (else one per run)
+        env[CHECKPOINT_DIR_ENV] = job.spec.checkpoint_dir
     env.update(
         {
             **(auth or EtcdAuth()).env(),

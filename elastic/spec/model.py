@@ -417,6 +417,10 @@ class FailurePolicy(_Model):
     rules: list[Rule] = Field(default_factory=list, max_length=MAX_RULE_ITEMS)
 
 
+# Where a worker finds its checkpoints (what spec.checkpointDir sets; examples/train_ddp.py reads it).
+CHECKPOINT_DIR_ENV = "ELASTIC_CHECKPOINT_DIR"
+
+
 class ElasticJobSpec(_Model):
     model_config = ConfigDict(
         json_schema_extra={
@@ -450,6 +454,19 @@ class ElasticJobSpec(_Model):
         "with reason StartupTimeout.",
     )
     ttl_seconds_after_finished: Int32 | None = Field(default=None, ge=0)
+    checkpoint_dir: NonEmptyProcessText | None = Field(
+        default=None,
+        description="The job's checkpoint directory, the same for every run of the job (workers get it as "
+        "ELASTIC_CHECKPOINT_DIR); relative to the spec file. Unset: each run gets a fresh directory of its own.",
+    )
+
+    @model_validator(mode="after")
+    def _one_checkpoint_dir(self) -> "ElasticJobSpec":
+        """checkpointDir is what sets ELASTIC_CHECKPOINT_DIR: the same variable in env too is ambiguous."""
+        if self.checkpoint_dir is not None and any(var.name == CHECKPOINT_DIR_ENV for var in self.worker.env):
+            raise problem(f"{show(self.checkpoint_dir)} while spec.worker.env sets {CHECKPOINT_DIR_ENV} too; keep "
+                          f"checkpointDir and drop that env entry", field="checkpointDir")  # fmt: skip
+        return self
 
     @model_validator(mode="after")
     def _bounds(self) -> "ElasticJobSpec":

@@ -16,6 +16,7 @@ from elastic.store import JobKeys, Store
 from elastic.store.server import EtcdServer
 
 REPO = Path(__file__).resolve().parents[2]
+SCRIPT = REPO / "examples" / "train_ddp.py"  # the spec is written elsewhere: its worker starts there
 
 
 def job_yaml(name: str, script_args: list[str], **spec: Any) -> dict[str, Any]:
@@ -25,7 +26,7 @@ def job_yaml(name: str, script_args: list[str], **spec: Any) -> dict[str, Any]:
         "metadata": {"name": name},
         "spec": {
             "minReplicas": 2, "maxReplicas": 3, "replicas": 2,
-            "worker": {"command": ["python", "examples/train_ddp.py"],
+            "worker": {"command": ["python", str(SCRIPT)],
                        "args": ["--step-seconds", "0.05", "--checkpoint-every", "5", *script_args]},
             "rendezvous": {"leaseSeconds": 3, "lastCallSeconds": 1},
             **spec,

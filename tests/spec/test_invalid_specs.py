@@ -273,6 +273,17 @@ CASES = [
         id="an annotation key follows the label key rule",
     ),
     pytest.param(
+        edited(spec__checkpointDir="ckpt", spec__worker__env=[{"name": "ELASTIC_CHECKPOINT_DIR", "value": "/x"}]),
+        "spec.checkpointDir: 'ckpt' while spec.worker.env sets ELASTIC_CHECKPOINT_DIR too; keep checkpointDir and "
+        "drop that env entry",
+        id="checkpointDir and the variable it sets in env are one too many",
+    ),
+    pytest.param(
+        edited(spec__checkpointDir=""),
+        "spec.checkpointDir: '' is empty; write a non-empty string or remove the entry",
+        id="an empty checkpointDir is refused",
+    ),
+    pytest.param(
         edited(spec=["maxReplicas", 2]),
         "spec: ['maxReplicas', 2] is not a mapping; write 'key: value' pairs under spec",
         id="a spec written as a list is rejected",
