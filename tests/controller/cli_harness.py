@@ -48,21 +48,21 @@ class ElasticCli:
         path.write_text(yaml.safe_dump(job))
         return path
 
-    def start(self, *args: str) -> subprocess.Popen[str]:
+    def start(self, *args: str, cwd: Path = REPO) -> subprocess.Popen[str]:
         log = (self.tmp / f"cli-{len(self.processes)}.log").open("w")
         process = subprocess.Popen(
             [sys.executable, "-m", "elastic.cli.main", *args, "--etcd", self.etcd.client_url],
-            cwd=REPO, stdout=log, stderr=subprocess.STDOUT, text=True,
+            cwd=cwd, stdout=log, stderr=subprocess.STDOUT, text=True,
             env={**os.environ, "OMP_NUM_THREADS": "1"},
         )  # fmt: skip
         process.log_path = log.name  # type: ignore[attr-defined]
         self.processes.append(process)
         return process
 
-    def run(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    def run(self, *args: str, timeout: float = 60, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
             [sys.executable, "-m", "elastic.cli.main", *args, "--etcd", self.etcd.client_url],
-            cwd=REPO, capture_output=True, text=True, timeout=timeout,
+            cwd=cwd, capture_output=True, text=True, timeout=timeout,
         )  # fmt: skip
 
     def output(self, process: subprocess.Popen[str]) -> str:
