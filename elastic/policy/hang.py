@@ -1,0 +1,50 @@
+"""Whether a worker's current step is overdue, and what that means for it (pure; the Session acts on it).
+
+Heartbeats only say a process is alive; a worker stuck in its own code, or left alone in a collective whose
+peers moved on, is alive too. A step deadline of k x the median step time (never under a floor) tells them
+apart from a slow step, and *where* the worker waits says who is at fault:
+- overdue outside any collective: this worker's own code hangs, the peers wait for it: it is the failure;
+- in a collective after its round ended: its peers left and will never finish it: abandon (a free restart);
+- in a collective while the round still holds: a victim of someone else's hang, which that one reports.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+
+class Verdict(enum.Enum):
+    CONTINUE = "continue"
+    HUNG = "hung"
+    ABANDON = "abandon"
+
+
+@dataclass(frozen=True)
+class HangSettings:
+    factor: float = 10.0  # a step may take this many median steps
+    floor_seconds: float = 10.0  # ... and never less than this (first steps, jittery machines)
+    abandon_after_seconds: float = 1.0  # grace for a collective to fail on its own once the round ended
+    min_steps: int = 3  # no median before this many steps: only the abandon rule applies
+
+
+def step_deadline(step_seconds: list[float], settings: HangSettings) -> float | None:
+    """How long the current step may take; None until enough steps were seen to know what is normal."""
+    if len(step_seconds) < settings.min_steps:
+        return None
+    ordered = sorted(step_seconds)
+    median = ordered[len(ordered) // 2]
+    return max(settings.factor * median, settings.floor_seconds)
+
+
+def verdict(
+    elapsed: float, deadline: float | None, in_collective: bool, round_over: bool, settings: HangSettings
+) -> Verdict:
+    """What a worker does `elapsed` seconds into a step (or into the current collective, when in one)."""
+    if in_collective:
+        if round_over and elapsed > settings.abandon_after_seconds:
+            return Verdict.ABANDON
+        return Verdict.CONTINUE
+    if deadline is not None and elapsed > deadline:
+        return Verdict.HUNG
+    return Verdict.CONTINUE
