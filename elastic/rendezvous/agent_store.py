@@ -9,6 +9,7 @@ ending a round deletes the prefix, so nothing of one round is reused by the next
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from datetime import timedelta
 
 import torch.distributed as dist
@@ -18,12 +19,18 @@ from elastic.store import ModRevisionIs, Put, Store
 
 
 class EtcdAgentStore(dist.Store):
-    def __init__(self, store: Store, prefix: str, lease: int | None, view: JobView) -> None:
+    def __init__(
+        self, store: Store, prefix: str, lease: int | None, view: JobView,
+        still_valid: Callable[[], bool] | None = None,
+    ) -> None:
+        """`still_valid`: checked while waiting for keys; once False the wait fails at once (in-place
+        workers building a group for a round that ended meanwhile must not wait out the timeout)."""
         super().__init__()
         self._store = store
         self._prefix = prefix
         self._lease = lease
         self._view = view
+        self._still_valid = still_valid
 
     def _key(self, key: str) -> str:
         return self._prefix + key
@@ -74,6 +81,8 @@ class EtcdAgentStore(dist.Store):
             entries = [self._view.entry(self._key(k)) for k in keys]
             if all(entries):
                 return [e.value for e in entries if e]
+            if self._still_valid is not None and not self._still_valid():
+                raise dist.DistStoreError(f"the round of {self._prefix} ended while waiting for keys {keys}")
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 missing = [k for k, e in zip(keys, entries, strict=True) if e is None]

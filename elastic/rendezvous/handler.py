@@ -158,6 +158,12 @@ class EtcdV3RendezvousHandler(RendezvousHandler):
             self._pending = self._pending or change
             return change.waiting
 
+    @property
+    def joined_round(self) -> int | None:
+        """The round this agent last joined (in-place workers are told it: a replacement joins only later ones)."""
+        with self._lock:
+            return self._joined.number if self._joined is not None else None
+
     def is_closed(self) -> bool:
         state = self._view.state() if self._view else self.run.read()
         return state.closed is not None

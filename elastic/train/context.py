@@ -1,0 +1,74 @@
+"""What an in-place agent tells its workers, through the environment (the one contract between the two).
+
+torchrun's variables (RANK, WORLD_SIZE, MASTER_ADDR, ...) describe the round a worker was started in; an
+in-place worker outlives rounds, so it also gets what it needs to follow them itself: the etcd endpoints,
+the job, and the member (its agent) whose rank in each sealed round gives the worker's own.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from elastic.policy.inplace import ABANDONED_EXIT, HUNG_EXIT
+from elastic.store import EtcdAuth, JobKeys
+
+__all__ = ["ABANDONED_EXIT", "HUNG_EXIT", "WorkerContext"]
+
+ENDPOINTS = "ELASTIC_INPLACE_ENDPOINTS"
+JOB = "ELASTIC_INPLACE_JOB"
+MEMBER = "ELASTIC_INPLACE_MEMBER"
+AFTER_ROUND = "ELASTIC_INPLACE_AFTER_ROUND"
+MARKER_DIR = "ELASTIC_INPLACE_MARKERS"
+HANG_FACTOR = "ELASTIC_HANG_FACTOR"
+HANG_FLOOR = "ELASTIC_HANG_FLOOR_SECONDS"
+
+
+@dataclass(frozen=True)
+class WorkerContext:
+    endpoints: str
+    job: JobKeys
+    member: str
+    local_rank: int
+    local_world_size: int
+    after_round: int | None = None  # a replacement joins only rounds after the one its predecessor died in
+    marker_dir: str | None = None
+    hang_factor: float = 10.0
+    hang_floor_seconds: float = 10.0
+    auth: EtcdAuth = field(default_factory=EtcdAuth)
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> WorkerContext | None:
+        """The context an in-place agent set, or None under any other launcher (torchrun, a plain run)."""
+        env = os.environ if environ is None else environ
+        if not env.get(MEMBER):
+            return None
+        after = env.get(AFTER_ROUND)
+        return cls(
+            endpoints=env[ENDPOINTS],
+            job=JobKeys.parse(env[JOB]),
+            member=env[MEMBER],
+            local_rank=int(env.get("LOCAL_RANK", "0")),
+            local_world_size=int(env.get("LOCAL_WORLD_SIZE", "1")),
+            after_round=int(after) if after else None,
+            marker_dir=env.get(MARKER_DIR) or None,
+            hang_factor=float(env.get(HANG_FACTOR) or 10.0),
+            hang_floor_seconds=float(env.get(HANG_FLOOR) or 10.0),
+            auth=EtcdAuth.from_env(env),
+        )
+
+    def env(self) -> dict[str, str]:
+        """The variables that give a worker this context (auth travels as ELASTIC_ETCD_*, never here)."""
+        env = {
+            ENDPOINTS: self.endpoints,
+            JOB: f"{self.job.namespace}/{self.job.name}",
+            MEMBER: self.member,
+            HANG_FACTOR: str(self.hang_factor),
+            HANG_FLOOR: str(self.hang_floor_seconds),
+        }
+        if self.after_round is not None:
+            env[AFTER_ROUND] = str(self.after_round)
+        if self.marker_dir:
+            env[MARKER_DIR] = self.marker_dir
+        return env

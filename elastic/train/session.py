@@ -1,0 +1,274 @@
+"""`Session`: the process group, the step counter and state handover of one worker, across rounds.
+
+Under an in-place agent (`recovery: InPlace`) a membership change does not end the worker: the session
+notices the round change through its etcd watch (or a collective failing as a peer dies), abandons the
+step, waits for the next sealed round, builds a fresh gloo group on that round's store prefix, and takes
+the state from a live peer if it lacks it. Every step's gradient all-reduce carries one more number, the
+count of ranks that saw the round end: all ranks read the same sum, so they all commit the step or all
+drop it (the commit gate); a step some ranks committed before a fault is kept by the state handover.
+
+Under any other launcher (stock torchrun, restart mode) the same script runs with a plain process group:
+a failed collective raises, and the launcher restarts the worker, as without this library.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from elastic.policy.hang import HangSettings, Verdict, step_deadline, verdict
+from elastic.policy.state_source import transfer_plan
+from elastic.train.context import ABANDONED_EXIT, HUNG_EXIT, WorkerContext
+from elastic.train.rounds import Assignment, RoundFollower, round_over
+from elastic.train.transfer import exchange_reports, load, move_state
+
+# What a collective failing as a peer dies (or its round's store going away) raises.
+COMMUNICATION_ERRORS = (RuntimeError, dist.DistError)
+WATCHDOG_SECONDS = 0.1
+
+
+@dataclass
+class Recovery:
+    """How the last (re)configuration went, phase by phase (seconds), for logs and the benchmark."""
+
+    round: int = 0
+    wait_round: float = 0.0
+    process_group: float = 0.0
+    state_transfer: float = 0.0
+    received_bytes: int = 0
+    source: int = 0
+
+
+class Session:
+    """Owns the default process group of a training loop; see the module docstring.
+
+    `state_dict()` / `load_state_dict(d)`: the job's state (model, optimizer, anything else with tensors
+    and plain values) as a dict, as for a checkpoint. `step`: the committed step this process starts from
+    (a loaded checkpoint's); the group adopts the newest one.
+    """
+
+    def __init__(
+        self,
+        state_dict: Callable[[], dict[str, Any]],
+        load_state_dict: Callable[[dict[str, Any]], None],
+        *,
+        step: int = 0,
+        timeout: timedelta = timedelta(seconds=60),
+        join_timeout: float = 900.0,
+        context: WorkerContext | None = None,
+    ) -> None:
+        self._state_dict = state_dict
+        self._load_state_dict = load_state_dict
+        self.step = step
+        self.timeout = timeout
+        self.join_timeout = join_timeout
+        self.context = context if context is not None else WorkerContext.from_env()
+        self.assignment: Assignment | None = None
+        self.recoveries = 0
+        self.last_recovery = Recovery()
+        self._holds_state = False
+        self._follower: RoundFollower | None = None
+        self._step_seconds: deque[float] = deque(maxlen=50)
+        self._activity: tuple[str, float] = ("idle", time.monotonic())
+        self._stopped = threading.Event()
+        self._hang = HangSettings()
+        if self.context is not None:
+            self._hang = HangSettings(factor=self.context.hang_factor, floor_seconds=self.context.hang_floor_seconds)
+
+    # --- where this worker stands ---
+
+    @property
+    def in_place(self) -> bool:
+        return self.context is not None
+
+    @property
+    def rank(self) -> int:
+        return self.assignment.rank if self.assignment else dist.get_rank()
+
+    @property
+    def world_size(self) -> int:
+        return self.assignment.world_size if self.assignment else dist.get_world_size()
+
+    @property
+    def round(self) -> int:
+        return self.assignment.round if self.assignment else int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+
+    # --- the loop's calls ---
+
+    def __enter__(self) -> Session:
+        if self.context is None:
+            if not dist.is_initialized():
+                dist.init_process_group("gloo", timeout=self.timeout)
+            self._adopt_state()
+            self._holds_state = True
+            self._activity = ("step", time.monotonic())
+            return self
+        self._follower = RoundFollower(self.context)
+        self._mark_capable()
+        threading.Thread(target=self._watchdog, name="elastic-train-watchdog", daemon=True).start()
+        self._join(self.context.after_round)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stopped.set()
+        if self.context is not None and dist.is_initialized():
+            dist.destroy_process_group()
+        if self._follower is not None:
+            self._follower.close()
+
+    def allreduce_gradients(self, parameters: torch.nn.Module | Iterable[torch.Tensor]) -> bool:
+        """Average the gradients over the group. False: the membership changed and this step is dropped on
+        every rank (do not apply it; the loop runs step `session.step` again in the new group)."""
+        params = parameters.parameters() if isinstance(parameters, torch.nn.Module) else parameters
+        grads = [p.grad for p in params if p.grad is not None]
+        flat = torch.cat([g.reshape(-1) for g in grads] + [torch.zeros(1, dtype=grads[0].dtype)])
+        if self.context is None:
+            dist.all_reduce(flat)
+        else:
+            flat[-1] = float(self._round_is_over())
+            try:
+                with self._collective():
+                    dist.all_reduce(flat)
+            except COMMUNICATION_ERRORS as err:
+                self._recover(f"collective failed: {_first_line(err)}")
+                return False
+            if flat[-1].item() > 0:
+                self._recover("the round ended")
+                return False
+        flat[:-1].div_(self.world_size)
+        offset = 0
+        for g in grads:
+            g.copy_(flat[offset : offset + g.numel()].view_as(g))
+            offset += g.numel()
+        return True
+
+    def commit(self) -> None:
+        """The step was applied on this rank: count it (and time it, for the hang deadline)."""
+        now = time.monotonic()
+        self._step_seconds.append(now - self._activity[1])
+        self.step += 1
+        self._activity = ("step", now)
+
+    def steps(self, total: int) -> Iterator[int]:
+        """`for step in session.steps(total)`: the step to run next, until `total` are committed."""
+        while self.step < total:
+            yield self.step
+
+    # --- membership changes ---
+
+    def _round_is_over(self) -> bool:
+        assert self._follower is not None and self.assignment is not None
+        return round_over(self._follower.state(), self.assignment.round)
+
+    def _recover(self, why: str) -> None:
+        assert self.assignment is not None
+        print(f"elastic.train: rank {self.rank} leaves round {self.assignment.round} at step {self.step}: {why}",
+              file=sys.stderr, flush=True)
+        dist.destroy_process_group()
+        self.recoveries += 1
+        self._join(self.assignment.round)
+
+    def _join(self, after: int | None) -> None:
+        """Get into the next sealed round that includes this worker, with a group and the job's state."""
+        assert self._follower is not None
+        started = time.monotonic()
+        self._activity = ("idle", started)
+        while True:
+            found = self._follower.wait_for_assignment(after, self.join_timeout)
+            joined_at = time.monotonic()
+            self.assignment = found  # the watchdog now checks the round being joined
+            try:
+                with self._collective():
+                    dist.init_process_group(
+                        "gloo", store=self._follower.group_store(found.round), rank=found.rank,
+                        world_size=found.world_size, timeout=self.timeout,
+                    )
+                    grouped_at = time.monotonic()
+                    received = self._exchange_state()
+                break
+            except COMMUNICATION_ERRORS as err:
+                print(f"elastic.train: round {found.round} ended while joining it ({_first_line(err)}); "
+                      "waiting for the next", file=sys.stderr, flush=True)
+                if dist.is_initialized():
+                    dist.destroy_process_group()
+                self._activity = ("idle", time.monotonic())
+                after = found.round
+        self._apply(received)
+        done = time.monotonic()
+        self.last_recovery = Recovery(
+            round=found.round, wait_round=joined_at - started, process_group=grouped_at - joined_at,
+            state_transfer=done - grouped_at, received_bytes=len(received[1]) if received else 0,
+            source=received[0] if received else self.rank,
+        )
+        self._activity = ("step", done)
+
+    def _adopt_state(self) -> None:
+        received = self._exchange_state()
+        self._apply(received)
+
+    def _exchange_state(self) -> tuple[int, bytes] | None:
+        reports = exchange_reports(self.step, self._holds_state, self.world_size)
+        plan = transfer_plan(reports)
+        state = {"step": self.step, "state": self._state_dict()} if self.rank == plan.source else None
+        data = move_state(plan, self.rank, self.world_size, state)
+        return (plan.source, data) if data is not None else None
+
+    def _apply(self, received: tuple[int, bytes] | None) -> None:
+        """Load what a peer sent (outside any collective: a bad state dict is the script's own error)."""
+        self._holds_state = True
+        if received is not None:
+            state = load(received[1])
+            self._load_state_dict(state["state"])
+            self.step = int(state["step"])
+
+    # --- hang detection ---
+
+    @contextmanager
+    def _collective(self) -> Iterator[None]:
+        previous = self._activity
+        self._activity = ("collective", time.monotonic())
+        try:
+            yield
+        finally:
+            self._activity = previous
+
+    def _watchdog(self) -> None:
+        """Turns an overdue step into an exit the agent understands (see `elastic.policy.hang`)."""
+        while not self._stopped.wait(WATCHDOG_SECONDS):
+            kind, since = self._activity
+            if kind == "idle" or self.assignment is None:
+                continue
+            over = kind == "collective" and self._round_is_over()
+            decision = verdict(time.monotonic() - since, step_deadline(list(self._step_seconds), self._hang),
+                               kind == "collective", over, self._hang)
+            if decision is Verdict.CONTINUE:
+                continue
+            code = ABANDONED_EXIT if decision is Verdict.ABANDON else HUNG_EXIT
+            what = ("its round ended under a collective that cannot finish" if code == ABANDONED_EXIT
+                    else f"step {self.step} made no progress for {time.monotonic() - since:.1f} s")
+            print(f"elastic.train: rank {self.rank} exits ({code}): {what}", file=sys.stderr, flush=True)
+            os._exit(code)
+
+    def _mark_capable(self) -> None:
+        """Tell the agent this worker follows rounds itself, so a membership change need not restart it."""
+        assert self.context is not None
+        if self.context.marker_dir:
+            Path(self.context.marker_dir, str(self.context.local_rank)).write_text(str(os.getpid()))
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip().splitlines()
+    return text[0][:200] if text else type(err).__name__
+
