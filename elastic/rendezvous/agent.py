@@ -71,11 +71,19 @@ def main(argv: Sequence[str] | None = None) -> None:
     import torch.distributed.launcher.api as launcher_api
     from torch.distributed.run import main as torchrun_main
 
+    from elastic.inplace.agent import run as run_in_place
+    from elastic.inplace.agent import split_recovery
+
     # launch_agent() builds its agent from this module attribute: the one seam torchrun offers.
     launcher_api.LocalElasticAgent = ReportingAgent  # type: ignore[misc]
+    recovery, args = split_recovery(sys.argv[1:] if argv is None else argv)
     with exit_recorded():
         try:
-            torchrun_main(with_defaults(sys.argv[1:] if argv is None else argv))
+            if recovery == "in-place":
+                if run_in_place(with_defaults(args)) == 0:
+                    WORKERS_SUCCEEDED.set()
+            else:
+                torchrun_main(with_defaults(args))
         except QUIET_ENDS as err:
             lines, code = quiet_end(err, WORKERS_SUCCEEDED.is_set())
             for line in lines:

@@ -1,0 +1,227 @@
+"""`elastic agent --recovery=in-place`: a torchrun-compatible agent that keeps survivors running.
+
+torch's agent restarts every local worker on any membership change; that is its design, and a restart
+costs a Python start, `import torch`, a process group and a checkpoint load. This agent takes the same
+arguments, rendezvous through the same etcd-v3 handler (same rounds, same budget: one charge per incident,
+voluntary changes free) and differs in what it does to its workers:
+- a worker that dies is replaced alone, by a fork of a warm zygote (torch already imported), while the
+  agent ends the round; the survivors, here and on other nodes, rebuild their group in place;
+- a round ended elsewhere (a lost node, a scale-up) is re-joined without touching the workers;
+- a worker exit is seen when it happens (the process sentinel), not at the next monitor tick.
+Workers that do not use `elastic.train.Session` cannot follow rounds: they are restarted together on any
+change, as torchrun does, only from the warm zygote.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from multiprocessing.connection import wait
+from multiprocessing.process import BaseProcess
+from pathlib import Path
+
+from torch.distributed.elastic.multiprocessing.api import SignalException
+from torch.distributed.elastic.rendezvous import RendezvousInfo, RendezvousParameters
+from torch.distributed.launcher.api import LaunchConfig
+from torch.distributed.run import config_from_args, get_args_parser
+
+from elastic.inplace.zygote import WorkerCommand, Zygote
+from elastic.policy.inplace import Finish, Keep, Rejoin, Replace, RestartAll, next_step
+from elastic.rendezvous.handler import EtcdV3RendezvousHandler
+from elastic.rendezvous.plugin import create_handler
+from elastic.train.context import WorkerContext
+
+log = logging.getLogger(__name__)
+
+RECOVERY_FLAG = "--recovery"
+STOP_GRACE_SECONDS = 5.0
+
+
+class InPlaceAgent:
+    def __init__(self, config: LaunchConfig, command: WorkerCommand, handler: EtcdV3RendezvousHandler) -> None:
+        self.config = config
+        self.command = command
+        self.handler = handler
+        self.nproc = int(config.nproc_per_node)
+        self.zygote = Zygote()
+        self.markers = Path(tempfile.mkdtemp(prefix="elastic-inplace-"))
+        self.workers: dict[int, BaseProcess] = {}
+        self.exits: dict[int, int | None] = {}
+        self.info: RendezvousInfo | None = None
+        self.rejoins = 0
+
+    def run(self) -> int:
+        self.zygote.warm()
+        self.info = self.handler.next_rendezvous()
+        self._start(range(self.nproc))
+        while True:
+            self._wait_for_exits(self.config.monitor_interval)
+            waiting = self.handler.num_nodes_waiting() > 0
+            step = next_step(self.exits, self._capable(), waiting)
+            if isinstance(step, Keep):
+                continue
+            if isinstance(step, Finish):
+                self.handler.report_local_success()
+                return 0
+            if isinstance(step, Replace):
+                self._replace(step)
+            elif isinstance(step, RestartAll):
+                self._restart_all(step.failure)
+            elif isinstance(step, Rejoin):
+                if step.restart_all:
+                    self._restart_all(None)
+                else:
+                    self._rejoin()
+
+    # --- the steps ---
+
+    def _replace(self, step: Replace) -> None:
+        """Fork the replacements first (they start while the round ends), then end it and re-join."""
+        if step.failure is not None:
+            self.handler.report_worker_failure(step.failure, time.time())
+            log.warning("local worker(s) %s failed (exit %s): replaced in place", list(step.ranks), step.failure)
+        self._start(step.ranks, after_round=self.handler.joined_round)
+        if step.failure is not None or self.handler.num_nodes_waiting() > 0:
+            self._rejoin()
+
+    def _restart_all(self, failure: int | None) -> None:
+        self._stop_all()
+        if failure is not None:
+            self.handler.report_worker_failure(failure, time.time())
+        self._rejoin()
+        self._start(range(self.nproc))
+
+    def _rejoin(self) -> None:
+        self.info = self.handler.next_rendezvous()
+        self.rejoins += 1
+
+    # --- the workers ---
+
+    def _start(self, ranks: Sequence[int] | range, after_round: int | None = None) -> None:
+        for local_rank in ranks:
+            (self.markers / str(local_rank)).unlink(missing_ok=True)
+            env = {**self._env(local_rank), **self._context(local_rank, after_round).env()}
+            command = WorkerCommand(self.command.entry, self.command.args, self.command.module, env, self.command.cwd)
+            self.workers[local_rank] = self.zygote.start(command, name=f"worker-{local_rank}")
+            self.exits[local_rank] = None
+
+    def _context(self, local_rank: int, after_round: int | None) -> WorkerContext:
+        config = self.handler.config
+        return WorkerContext(
+            endpoints=config.endpoints, job=config.job, member=self.handler.member_id, local_rank=local_rank,
+            local_world_size=self.nproc, after_round=after_round, marker_dir=str(self.markers), auth=config.auth,
+        )
+
+    def _env(self, local_rank: int) -> dict[str, str]:
+        """torchrun's variables for the current round (what a stock script reads at start)."""
+        assert self.info is not None
+        bootstrap = self.info.bootstrap_store_info
+        world_size = self.info.world_size * self.nproc
+        env = {
+            "LOCAL_RANK": str(local_rank),
+            "RANK": str(self.info.rank * self.nproc + local_rank),
+            "GROUP_RANK": str(self.info.rank),
+            "ROLE_RANK": str(self.info.rank * self.nproc + local_rank),
+            "ROLE_NAME": self.config.role,
+            "LOCAL_WORLD_SIZE": str(self.nproc),
+            "WORLD_SIZE": str(world_size),
+            "GROUP_WORLD_SIZE": str(self.info.world_size),
+            "ROLE_WORLD_SIZE": str(world_size),
+            "MASTER_ADDR": bootstrap.master_addr if bootstrap else "127.0.0.1",
+            "MASTER_PORT": str(bootstrap.master_port if bootstrap else 0),
+            "TORCHELASTIC_RESTART_COUNT": str(self.rejoins),
+            "TORCHELASTIC_MAX_RESTARTS": str(self.config.max_restarts),
+            "TORCHELASTIC_RUN_ID": self.config.run_id,
+            "TORCHELASTIC_USE_AGENT_STORE": "False",
+            **self.handler.config.auth.env(),
+        }
+        if self.nproc > 1 and "OMP_NUM_THREADS" not in os.environ:
+            env["OMP_NUM_THREADS"] = "1"
+        return env
+
+    def _capable(self) -> frozenset[int]:
+        """Local ranks whose current process announced it follows rounds (elastic.train.Session)."""
+        capable = set()
+        for rank, process in self.workers.items():
+            marker = self.markers / str(rank)
+            if marker.exists() and marker.read_text().strip() == str(process.pid):
+                capable.add(rank)
+        return frozenset(capable)
+
+    def _wait_for_exits(self, timeout: float) -> None:
+        running = {p.sentinel: rank for rank, p in self.workers.items() if self.exits[rank] is None}
+        for sentinel in wait(list(running), timeout=timeout) if running else []:
+            rank = running[sentinel]  # type: ignore[index]
+            self.workers[rank].join()
+            self.exits[rank] = self.workers[rank].exitcode
+        if not running:
+            time.sleep(timeout)
+
+    def _stop_all(self) -> None:
+        running = [p for rank, p in self.workers.items() if self.exits[rank] is None]
+        for process in running:
+            process.terminate()
+        deadline = time.monotonic() + STOP_GRACE_SECONDS
+        for process in running:
+            process.join(max(deadline - time.monotonic(), 0))
+            if process.exitcode is None:
+                process.kill()
+                process.join()
+
+    def close(self) -> None:
+        self._stop_all()
+        shutil.rmtree(self.markers, ignore_errors=True)
+
+
+def split_recovery(argv: Sequence[str]) -> tuple[str, list[str]]:
+    """`--recovery=in-place` (or `--recovery in-place`) taken out of torchrun's arguments; default restart."""
+    args, mode, skip = [], "restart", False
+    for i, arg in enumerate(argv):
+        if skip:
+            skip = False
+        elif arg == RECOVERY_FLAG and i + 1 < len(argv):
+            mode, skip = argv[i + 1], True
+        elif arg.startswith(RECOVERY_FLAG + "="):
+            mode = arg.split("=", 1)[1]
+        else:
+            args.append(arg)
+    if mode not in ("restart", "in-place"):
+        raise SystemExit(f"elastic agent: --recovery={mode}: expected restart or in-place")
+    return mode, args
+
+
+def _raise_signal(signum: int, _frame: object) -> None:
+    raise SignalException(f"agent got signal {signum}", sigval=signal.Signals(signum))
+
+
+def run(argv: Sequence[str]) -> int:
+    """Parse torchrun's arguments, rendezvous through etcd-v3, keep the workers until the job ends."""
+    config, cmd, cmd_args = config_from_args(get_args_parser().parse_args(list(argv)))
+    if config.rdzv_backend != "etcd-v3":
+        raise SystemExit("elastic agent --recovery=in-place: needs --rdzv-backend=etcd-v3 (rounds are read from etcd)")
+    module = "-m" in cmd_args[:2]
+    entry_index = cmd_args.index("-m") + 1 if module else (1 if cmd_args and cmd_args[0] == "-u" else 0)
+    if not cmd.endswith(("python", "python3")) and os.path.basename(cmd) != os.path.basename(sys.executable):
+        raise SystemExit("elastic agent --recovery=in-place: --no-python is not supported (workers are forks "
+                         "of a Python process)")
+    command = WorkerCommand(cmd_args[entry_index], tuple(cmd_args[entry_index + 1 :]), module, cwd=os.getcwd())
+    conf = {"settle_seconds": 0, **config.rdzv_configs}  # survivors do not exit: no collateral reports to await
+    params = RendezvousParameters(config.rdzv_backend, config.rdzv_endpoint, config.run_id, config.min_nodes,
+                                  config.max_nodes, config.local_addr, **conf)
+    handler = create_handler(params)
+    assert isinstance(handler, EtcdV3RendezvousHandler)
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT):
+        signal.signal(signum, _raise_signal)
+    agent = InPlaceAgent(config, command, handler)
+    try:
+        code = agent.run()
+    finally:
+        agent.close()
+        handler.shutdown()
+    return code

@@ -1,0 +1,113 @@
+"""Data-parallel training that survives membership changes in place (`recovery: InPlace`).
+
+Run under `elastic agent --recovery=in-place` (or a spec with `recovery: InPlace`) a worker crash, a lost
+node or a new node costs about a second: survivors keep their processes and their state, a replacement is
+a fork of a warm process and receives the state from a survivor. Under stock torchrun it trains the same
+way, with torchrun's restarts. The training loop with `elastic.train.Session`:
+
+    with Session(state_dict, load_state_dict) as session:
+        for step in session.steps(args.steps):
+            loss = loss_of(model, batch(step, session.rank))
+            loss.backward()
+            if session.allreduce_gradients(model):  # False: the group changed, redo this step
+                optimizer.step()
+                session.commit()
+            optimizer.zero_grad()
+
+Printed (a stable format, parsed by tests and bench/): rank 0 prints
+`step=<n> loss=<f> world_size=<w> restart=<round> time=<unix>` per step; every rank prints
+`recovered round=<r> rank=<k> world_size=<w> wait_round=<s> process_group=<s> state_transfer=<s> bytes=<n>
+source=<rank> time=<unix>` after each change, and `done step=<n> applied=<n> checksum=<f> pid=<pid>` at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from elastic.train import Session
+
+INPUT_DIM, NUM_CLASSES, BATCH_SIZE = 16, 4, 32
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("--hidden", type=int, default=64, help="hidden width; 3536 gives 100 MB of state")
+    parser.add_argument("--step-seconds", type=float, default=0.0, help="extra time per step (a slower model)")
+    parser.add_argument("--crash-at-step", type=int, help="the worker with rank 1 exits 1 at this step, once")
+    parser.add_argument("--crash-marker", default="", help="file made at the crash: no crash if it exists")
+    return parser.parse_args()
+
+
+def batch(step: int, rank: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Deterministic data per (step, rank): no sampler state to hand over when the world changes."""
+    generator = torch.Generator().manual_seed(step * 100_003 + rank)
+    x = torch.randn(BATCH_SIZE, INPUT_DIM, generator=generator)
+    return x, (x[:, :NUM_CLASSES].argmax(dim=1))
+
+
+def maybe_crash(args: argparse.Namespace, step: int, rank: int) -> None:
+    if args.crash_at_step != step or rank != 1:
+        return
+    marker = Path(args.crash_marker) if args.crash_marker else None
+    if marker is not None:
+        try:
+            marker.touch(exist_ok=False)
+        except FileExistsError:
+            return
+    print(f"crashing rank={rank} step={step} pid={os.getpid()}", flush=True)
+    os._exit(1)
+
+
+def main() -> None:
+    args = parse_args()
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(INPUT_DIM, args.hidden), nn.ReLU(), nn.Linear(args.hidden, args.hidden),
+                          nn.ReLU(), nn.Linear(args.hidden, NUM_CLASSES))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    applied = torch.zeros((), dtype=torch.int64)  # steps applied to this state: must equal the step count
+
+    def state_dict() -> dict[str, Any]:
+        return {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "applied": applied}
+
+    def load_state_dict(state: dict[str, Any]) -> None:
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        applied.copy_(state["applied"])
+
+    with Session(state_dict, load_state_dict) as session:
+        reported_round = None
+        for step in session.steps(args.steps):
+            if session.in_place and session.round != reported_round:
+                reported_round, r = session.round, session.last_recovery
+                print(f"recovered round={session.round} rank={session.rank} world_size={session.world_size} "
+                      f"wait_round={r.wait_round:.4f} process_group={r.process_group:.4f} "
+                      f"state_transfer={r.state_transfer:.4f} bytes={r.received_bytes} source={r.source} "
+                      f"time={time.time():.3f}", flush=True)
+            maybe_crash(args, step, session.rank)
+            x, y = batch(step, session.rank)
+            loss = nn.functional.cross_entropy(model(x), y)
+            loss.backward()
+            time.sleep(args.step_seconds)
+            if session.allreduce_gradients(model):
+                optimizer.step()
+                applied += 1
+                session.commit()
+                if session.rank == 0:
+                    print(f"step={step} loss={loss.item():.4f} world_size={session.world_size} "
+                          f"restart={session.round} time={time.time():.3f}", flush=True)
+            optimizer.zero_grad()
+        checksum = sum(float(p.detach().double().sum()) for p in model.parameters())
+        print(f"done step={session.step} applied={int(applied)} checksum={checksum:.6f} pid={os.getpid()}",
+              flush=True)
+
+
+if __name__ == "__main__":
+    main()
