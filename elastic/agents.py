@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from elastic.cluster.processes import children_of
+from elastic.cluster.processes import descendants_of, training_processes
 
 EXAMPLE_SCRIPT = Path(__file__).resolve().parent.parent / "examples" / "train_ddp.py"
 STEP_LINE = re.compile(r"^step=(\d+) loss=([\d.]+) world_size=(\d+) restart=(\d+) time=([\d.]+)$", re.M)
@@ -114,8 +114,8 @@ class AgentProcess:
         return parse_steps(self.output())
 
     def worker_pids(self) -> list[int]:
-        """The training processes this agent started (its direct children)."""
-        return children_of(self.pid)
+        """The training processes this agent started (its children, or its zygote's in place)."""
+        return training_processes(self.pid)
 
     def kill_worker(self, sig: int = signal.SIGKILL) -> int:
         """Kill one training process while the agent lives (a worker crash)."""
@@ -129,7 +129,7 @@ class AgentProcess:
         """Kill the agent and its workers at once (a node loss)."""
         if self.process is None or self.process.poll() is not None:
             return
-        for pid in [*self.worker_pids(), self.pid]:
+        for pid in [*descendants_of(self.pid), self.pid]:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, sig)
         self.process.wait()

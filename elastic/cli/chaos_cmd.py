@@ -7,7 +7,7 @@ import os
 import signal
 
 from elastic.cli.common import add_etcd_option, connect, whole_number
-from elastic.cluster.processes import children_of, is_worker
+from elastic.cluster.processes import descendants_of, is_worker, training_processes
 from elastic.codec import decode_worker
 from elastic.errors import PermanentError
 from elastic.store import JobKeys
@@ -55,11 +55,11 @@ def kill_cmd(args: argparse.Namespace) -> int:
             f"worker {name}: pid {pid} is not that worker's agent on this machine (it has exited, or runs "
             "elsewhere); nothing was signalled. 'elastic status' shows the job's live workers"
         )
-    targets = children_of(pid)[:1] if args.training else [pid]
+    targets = training_processes(pid)[:1] if args.training else [pid]
     if not targets:
         raise PermanentError(f"worker {name} has no training process right now")
     if not args.training:
-        targets += children_of(pid)  # with its training processes, as a node loss would
+        targets += descendants_of(pid)  # with its training processes, as a node loss would
     for target in targets:
         os.kill(target, args.signal)
     what = "training process" if args.training else "agent"

@@ -27,6 +27,22 @@ def children_of(pid: int) -> list[int]:
     return sorted(result)
 
 
+def training_processes(agent_pid: int) -> list[int]:
+    """An agent's workers: its children, except that an in-place agent's workers are the children of its
+    zygote (a multiprocessing forkserver, itself a child of the agent)."""
+    result = []
+    for child in children_of(agent_pid):
+        result.extend(children_of(child) if _is_forkserver(child) else [child])
+    return sorted(result)
+
+
+def _is_forkserver(pid: int) -> bool:
+    try:
+        return b"multiprocessing.forkserver" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+
+
 def descendants_of(pid: int) -> list[int]:
     """Children, grandchildren, ...: an agent's training processes and whatever they started."""
     result, frontier = [], [pid]
