@@ -29,18 +29,27 @@ def children_of(pid: int) -> list[int]:
 
 def training_processes(agent_pid: int) -> list[int]:
     """An agent's workers: its children, except that an in-place agent's workers are the children of its
-    zygote (a multiprocessing forkserver, itself a child of the agent)."""
+    zygote (a multiprocessing forkserver, itself a child of the agent, beside a resource tracker)."""
     result = []
     for child in children_of(agent_pid):
-        result.extend(children_of(child) if _is_forkserver(child) else [child])
+        helper = _multiprocessing_helper(child)
+        if helper == "forkserver":
+            result.extend(children_of(child))
+        elif helper is None:
+            result.append(child)
     return sorted(result)
 
 
-def _is_forkserver(pid: int) -> bool:
+def _multiprocessing_helper(pid: int) -> str | None:
+    """'forkserver' or 'resource_tracker' for the standard library's helper processes, else None."""
     try:
-        return b"multiprocessing.forkserver" in Path(f"/proc/{pid}/cmdline").read_bytes()
+        command = Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
-        return False
+        return None
+    for helper in ("forkserver", "resource_tracker"):
+        if f"from multiprocessing.{helper} import".encode() in command:
+            return helper
+    return None
 
 
 def descendants_of(pid: int) -> list[int]:

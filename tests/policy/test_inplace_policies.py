@@ -1,0 +1,92 @@
+"""In-place recovery's decisions, table by table: the agent's next step, the state source, the step deadline."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from elastic.policy.hang import HangSettings, Verdict, step_deadline, verdict
+from elastic.policy.inplace import ABANDONED_EXIT, Finish, Keep, Rejoin, Replace, RestartAll, next_step
+from elastic.policy.state_source import Report, transfer_plan
+
+ALL = frozenset({0, 1})
+NONE: frozenset[int] = frozenset()
+
+NEXT_STEP = [
+    pytest.param({0: None, 1: None}, ALL, False, Keep(), id="all running, nothing changed"),
+    pytest.param({0: 0, 1: 0}, ALL, False, Finish(), id="all exited 0: finished"),
+    pytest.param({0: 0, 1: None}, ALL, False, Keep(), id="one finished, one still running"),
+    pytest.param({0: None, 1: 3}, ALL, False, Replace((1,), 3), id="a capable worker failed: replace it alone"),
+    pytest.param({0: 1, 1: 3}, ALL, False, Replace((0, 1), 1), id="two failed: both replaced, lowest rank reported"),
+    pytest.param({0: None, 1: 3}, frozenset({1}), False, RestartAll(3), id="a stock worker beside: restart all"),
+    pytest.param({0: None, 1: 3}, NONE, True, RestartAll(3), id="stock script failed during a change"),
+    pytest.param({0: None, 1: ABANDONED_EXIT}, ALL, False, Replace((1,), None), id="abandoned: free restart"),
+    pytest.param({0: ABANDONED_EXIT, 1: 2}, ALL, False, Replace((0, 1), 2), id="abandoned beside a failure"),
+    pytest.param({0: None, 1: None}, ALL, True, Rejoin(restart_all=False), id="round ended elsewhere: keep"),
+    pytest.param({0: None, 1: None}, frozenset({0}), True, Rejoin(restart_all=True), id="change, stock worker"),
+    pytest.param({0: 0, 1: None}, frozenset({1}), True, Rejoin(restart_all=False), id="change, finished one"),
+]
+
+
+@pytest.mark.parametrize(("exits", "capable", "change", "expected"), NEXT_STEP)
+def test_next_step(exits: dict[int, int | None], capable: frozenset[int], change: bool, expected: object) -> None:
+    assert next_step(exits, capable, change) == expected
+
+
+PLANS = [
+    pytest.param([(10, True), (10, True)], 0, (), id="survivors agree: nothing moves"),
+    pytest.param([(10, True), (0, False)], 0, (1,), id="a replacement receives from a survivor"),
+    pytest.param([(0, False), (10, True), (10, True)], 1, (0,), id="rank 0 replaced: the lowest holder sends"),
+    pytest.param([(9, True), (10, True)], 1, (0,), id="a step one survivor committed is kept, the other catches up"),
+    pytest.param([(0, False), (0, False), (0, False)], 0, (1, 2), id="first round: rank 0's init to everyone"),
+    pytest.param([(0, False), (40, False)], 1, (0,), id="first round: the newest loaded checkpoint wins"),
+    pytest.param([(5, True), (40, False)], 0, (1,), id="held state beats a checkpoint a newcomer loaded"),
+    pytest.param([(7, True)], 0, (), id="alone"),
+]
+
+
+@pytest.mark.parametrize(("reports", "source", "receivers"), PLANS)
+def test_transfer_plan(reports: list[tuple[int, bool]], source: int, receivers: tuple[int, ...]) -> None:
+    plan = transfer_plan([Report(*r) for r in reports])
+    assert (plan.source, plan.receivers) == (source, receivers)
+
+
+@given(st.lists(st.tuples(st.integers(0, 5), st.booleans()), min_size=1, max_size=8))
+def test_after_a_plan_every_rank_holds_the_sources_step(reports: list[tuple[int, bool]]) -> None:
+    plan = transfer_plan([Report(*r) for r in reports])
+    best = reports[plan.source]
+    for rank, (step, holds) in enumerate(reports):
+        receives = rank in plan.receivers
+        assert receives or rank == plan.source or (holds and best[1] and step == best[0])
+    assert all(not (holds and step > best[0]) for step, holds in reports if best[1])
+
+
+SETTINGS = HangSettings(factor=10, floor_seconds=2, abandon_after_seconds=1, min_steps=3)
+
+VERDICTS = [
+    pytest.param(5.0, None, False, False, Verdict.CONTINUE, id="no median yet: never hung"),
+    pytest.param(1.9, 2.0, False, False, Verdict.CONTINUE, id="inside the deadline"),
+    pytest.param(2.1, 2.0, False, False, Verdict.HUNG, id="overdue outside a collective: this worker hangs"),
+    pytest.param(99.0, 2.0, True, False, Verdict.CONTINUE, id="overdue in a collective, round holds: a victim"),
+    pytest.param(0.5, 2.0, True, True, Verdict.CONTINUE, id="round ended: the collective may still fail itself"),
+    pytest.param(1.5, 2.0, True, True, Verdict.ABANDON, id="round ended under a stuck collective: abandon"),
+    pytest.param(1.5, None, True, True, Verdict.ABANDON, id="abandon needs no median"),
+]
+
+
+@pytest.mark.parametrize(("elapsed", "deadline", "in_collective", "round_over", "expected"), VERDICTS)
+def test_verdict(elapsed: float, deadline: float | None, in_collective: bool, round_over: bool, expected: Verdict) -> None:
+    assert verdict(elapsed, deadline, in_collective, round_over, SETTINGS) is expected
+
+
+@pytest.mark.parametrize(
+    ("steps", "expected"),
+    [
+        pytest.param([0.1, 0.1], None, id="fewer than min_steps"),
+        pytest.param([0.1, 0.1, 0.1], 2.0, id="the floor when steps are fast"),
+        pytest.param([0.5, 0.3, 9.0], 5.0, id="k x the median: one slow step does not move it"),
+    ],
+)
+def test_step_deadline(steps: list[float], expected: float | None) -> None:
+    assert step_deadline(steps, SETTINGS) == expected
