@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 
 from elastic.spec import ElasticJob
-from elastic.spec.model import CHECKPOINT_DIR_ENV
+from elastic.spec.model import CHECKPOINT_DIR_ENV, Recovery
 from elastic.store import EtcdAuth, JobKeys
 
 # A worker's own command may say `python`: locally that must be this interpreter (the project's venv).
@@ -24,10 +24,12 @@ def agent_command(job: ElasticJob, endpoints: str, run_id: str, python: str = sy
     }
     program = [python if part in PYTHON_NAMES else part for part in spec.worker.command[:1]]
     program += spec.worker.command[1:] + spec.worker.args
+    recovery = ["--recovery=in-place"] if spec.recovery is Recovery.IN_PLACE else []
     return [
         python,
         "-m",
         "elastic.rendezvous.agent",
+        *recovery,
         f"--rdzv-endpoint={endpoints}",
         f"--rdzv-id={run_id}",
         f"--nnodes={spec.min_replicas}:{spec.max_replicas}",

@@ -208,8 +208,8 @@ def run(argv: Sequence[str]) -> int:
     module = "-m" in cmd_args[:2]
     entry_index = cmd_args.index("-m") + 1 if module else (1 if cmd_args and cmd_args[0] == "-u" else 0)
     if not cmd.endswith(("python", "python3")) and os.path.basename(cmd) != os.path.basename(sys.executable):
-        raise SystemExit("elastic agent --recovery=in-place: --no-python is not supported (workers are forks "
-                         "of a Python process)")
+        raise SystemExit(f"elastic agent --recovery=in-place: the worker command must run Python (python "
+                         f"script.py or python -m module), not {cmd!r}: workers are forks of a Python process")
     command = WorkerCommand(cmd_args[entry_index], tuple(cmd_args[entry_index + 1 :]), module, cwd=os.getcwd())
     conf = {"settle_seconds": 0, **config.rdzv_configs}  # survivors do not exit: no collateral reports to await
     params = RendezvousParameters(config.rdzv_backend, config.rdzv_endpoint, config.run_id, config.min_nodes,

@@ -116,6 +116,13 @@ class RestartPolicy(str, Enum):
     EXIT_CODE = "ExitCode"
 
 
+class Recovery(str, Enum):
+    """What a membership change does to the workers of the agents that stay (DESIGN §3.15)."""
+
+    RESTART = "Restart"  # torchrun's way: every worker process is restarted
+    IN_PLACE = "InPlace"  # survivors keep their processes (elastic.train.Session), a dead worker is re-forked
+
+
 class SuccessPolicy(str, Enum):
     """When the job counts as succeeded (DESIGN §3.6)."""
 
@@ -444,6 +451,12 @@ class ElasticJobSpec(_Model):
     rendezvous: RendezvousSpec = Field(default_factory=RendezvousSpec)
     failure_policy: FailurePolicy = Field(default_factory=FailurePolicy)
     restart_policy: RestartPolicy = RestartPolicy.ON_FAILURE
+    recovery: Recovery = Field(
+        default=Recovery.RESTART,
+        description="InPlace: survivors keep their processes across a membership change and a dead worker is "
+        "replaced by a fork of a warm process; the script uses elastic.train.Session (a script that does not "
+        "is restarted whole, as with Restart). The worker command must run Python.",
+    )
     success_policy: SuccessPolicy = SuccessPolicy.ALL_WORKERS
     active_deadline_seconds: Int32 | None = Field(default=None, ge=1)
     startup_timeout_seconds: Int32 = Field(
@@ -466,6 +479,16 @@ class ElasticJobSpec(_Model):
         if self.checkpoint_dir is not None and any(var.name == CHECKPOINT_DIR_ENV for var in self.worker.env):
             raise problem(f"{show(self.checkpoint_dir)} while spec.worker.env sets {CHECKPOINT_DIR_ENV} too; keep "
                           f"checkpointDir and drop that env entry", field="checkpointDir")  # fmt: skip
+        return self
+
+    @model_validator(mode="after")
+    def _in_place_runs_python(self) -> "ElasticJobSpec":
+        """In-place workers are forks of a Python process: a command that is not Python cannot be one."""
+        program = self.worker.command[0].rsplit("/", 1)[-1]
+        if self.recovery is Recovery.IN_PLACE and not re.fullmatch(r"python[0-9.]*", program):
+            raise problem(f"InPlace needs spec.worker.command to run Python (python script.py or python -m "
+                          f"module), not {show(self.worker.command[0])}; use recovery: Restart for other "
+                          "programs", field="recovery")  # fmt: skip
         return self
 
     @model_validator(mode="after")
