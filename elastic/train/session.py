@@ -31,6 +31,7 @@ import torch.distributed as dist
 from elastic.policy.hang import HangSettings, Verdict, step_deadline, verdict
 from elastic.policy.state_source import transfer_plan
 from elastic.train.context import ABANDONED_EXIT, HUNG_EXIT, WorkerContext
+from elastic.train.progress import ProgressReporter
 from elastic.train.rounds import Assignment, RoundFollower, round_over
 from elastic.train.transfer import exchange_reports, load, move_state
 
@@ -83,6 +84,8 @@ class Session:
         self._step_seconds: deque[float] = deque(maxlen=50)
         self._activity: tuple[str, float] = ("idle", time.monotonic())
         self._stopped = threading.Event()
+        self._progress = ProgressReporter()
+        self._total: int | None = None
         self._hang = HangSettings()
         if self.context is not None:
             self._hang = HangSettings(factor=self.context.hang_factor, floor_seconds=self.context.hang_floor_seconds)
@@ -123,6 +126,9 @@ class Session:
 
     def __exit__(self, *exc: object) -> None:
         self._stopped.set()
+        if exc[0] is None and self.rank == 0:
+            self._progress.report(self.step, None, self.world_size, self._total, final=True)
+        self._progress.close()
         if self.context is not None and dist.is_initialized():
             dist.destroy_process_group()
         if self._follower is not None:
@@ -154,15 +160,19 @@ class Session:
             offset += g.numel()
         return True
 
-    def commit(self) -> None:
-        """The step was applied on this rank: count it (and time it, for the hang deadline)."""
+    def commit(self, loss: float | None = None) -> None:
+        """The step was applied on this rank: count it (and time it, for the hang deadline). Rank 0 reports
+        the step (and `loss`, if given) to the job's progress key, at most once a second."""
         now = time.monotonic()
         self._step_seconds.append(now - self._activity[1])
         self.step += 1
         self._activity = ("step", now)
+        if self.rank == 0:
+            self._progress.report(self.step, loss, self.world_size, self._total)
 
     def steps(self, total: int) -> Iterator[int]:
         """`for step in session.steps(total)`: the step to run next, until `total` are committed."""
+        self._total = total
         while self.step < total:
             yield self.step
 

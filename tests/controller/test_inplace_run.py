@@ -18,6 +18,7 @@ def test_an_in_place_job_survives_a_crash_with_one_charge_and_succeeds(cli, tmp_
     assert run.wait(timeout=240) == 0, cli.output(run)
     status = cli.status("inplace")
     assert status["phase"] == "Succeeded" and status["restarts"]["used"] == 1, status
+    assert status["progress"]["step"] == 150 and status["progress"]["total"] == 150, "Session reports progress"
     text = "\n".join(p.read_text(errors="replace") for p in logs.rglob("*.log"))
     assert "local worker(s) [0] failed (exit 1): replaced in place" in text, text[-3000:]
     done = re.findall(r"^done step=150 applied=150 checksum=(\S+)", text, re.M)
