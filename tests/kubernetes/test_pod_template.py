@@ -354,3 +354,16 @@ def test_a_worker_waiting_for_room_does_not_fail_a_job_that_can_train(harness) -
     assert status["replicas"] == {"desired": 2, "active": 1}
     (waiting,) = [c for c in status["conditions"] if c["type"] == "WorkersWaiting"]
     assert waiting["reason"] == "Unschedulable" and second in waiting["message"]
+
+
+def test_an_in_place_job_runs_in_place_agents_in_its_pods(fake: FakeApiServer) -> None:
+    """`recovery: InPlace` survives the CRD (not pruned) and becomes the agent's flag in the pod command."""
+    from elastic.cluster.kubernetes import pod_command
+    from elastic.controller.launch import agent_command
+
+    stored = fake.add_job(doc(recovery="InPlace"))
+    assert stored["spec"]["recovery"] == "InPlace"
+    job = parse_job({**stored, "metadata": {"name": "tj", "namespace": "default"}})
+    command = pod_command(agent_command(job, "http://etcd:2379", "run-1"))
+    assert command[:4] == ["python", "-m", "elastic.rendezvous.agent", "--recovery=in-place"]
+    assert "--recovery=in-place" not in pod_command(agent_command(parse_job(doc()), "http://etcd:2379", "run-1"))
