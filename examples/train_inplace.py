@@ -5,7 +5,7 @@ node or a new node costs about a second: survivors keep their processes and thei
 a fork of a warm process and receives the state from a survivor. Under stock torchrun it trains the same
 way, with torchrun's restarts. The training loop with `elastic.train.Session`:
 
-    with Session(state_dict, load_state_dict) as session:
+    with Session(state_dict, load_state_dict, step=resumed_step) as session:
         for step in session.steps(args.steps):
             loss = loss_of(model, batch(step, session.rank))
             loss.backward()
@@ -14,10 +14,13 @@ way, with torchrun's restarts. The training loop with `elastic.train.Session`:
                 session.commit()
             optimizer.zero_grad()
 
-Printed (a stable format, parsed by tests and bench/): rank 0 prints
-`step=<n> loss=<f> world_size=<w> restart=<round> time=<unix>` per step; every rank prints
+Printed (a stable format, parsed by tests and bench/): each process prints `started rank=<r> world_size=<w>
+resumed_from=<step>` once; rank 0 prints `step=<n> loss=<f> world_size=<w> restart=<round> time=<unix>` per
+step (and with `--checkpoint-dir` saves every `--checkpoint-every` steps, which every process loads at
+start: the restart modes resume from it; in place the state comes from a live peer); every rank prints
 `recovered round=<r> rank=<k> world_size=<w> wait_round=<s> process_group=<s> state_transfer=<s> bytes=<n>
-source=<rank> time=<unix>` after each change, and `done step=<n> applied=<n> checksum=<f> pid=<pid>` at the end.
+source=<rank> time=<unix>` after each change, and `done step=<n> applied=<n> checksum=<f> pid=<pid>`
+at the end; `--crash-at-step` prints `crashing rank=<r> step=<n> pid=<pid> time=<unix>` as it exits.
 """
 
 from __future__ import annotations
@@ -43,6 +46,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--step-seconds", type=float, default=0.0, help="extra time per step (a slower model)")
     parser.add_argument("--crash-at-step", type=int, help="the worker with rank 1 exits 1 at this step, once")
     parser.add_argument("--crash-marker", default="", help="file made at the crash: no crash if it exists")
+    parser.add_argument("--checkpoint-dir", type=Path, help="rank 0 saves here; every process loads it at start")
+    parser.add_argument("--checkpoint-every", type=int, default=20, help="steps between saves (default 20)")
     return parser.parse_args()
 
 
@@ -62,8 +67,20 @@ def maybe_crash(args: argparse.Namespace, step: int, rank: int) -> None:
             marker.touch(exist_ok=False)
         except FileExistsError:
             return
-    print(f"crashing rank={rank} step={step} pid={os.getpid()}", flush=True)
+    print(f"crashing rank={rank} step={step} pid={os.getpid()} time={time.time():.3f}", flush=True)
     os._exit(1)
+
+
+def checkpoint_path(args: argparse.Namespace) -> Path | None:
+    return args.checkpoint_dir / "checkpoint.pt" if args.checkpoint_dir else None
+
+
+def save_checkpoint(path: Path, step: int, state: dict[str, Any]) -> None:
+    """Atomically: a process that starts while rank 0 writes reads the previous checkpoint, never half of one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(f".{path.name}.{os.getpid()}")
+    torch.save({"step": step, "state": state}, partial)
+    os.replace(partial, path)
 
 
 def main() -> None:
@@ -82,7 +99,15 @@ def main() -> None:
         optimizer.load_state_dict(state["optimizer"])
         applied.copy_(state["applied"])
 
-    with Session(state_dict, load_state_dict) as session:
+    path, resumed_step = checkpoint_path(args), 0
+    if path is not None and path.exists():
+        saved = torch.load(path, weights_only=True)
+        load_state_dict(saved["state"])
+        resumed_step = int(saved["step"])
+    print(f"started rank={os.environ.get('RANK', 0)} world_size={os.environ.get('WORLD_SIZE', 1)} "
+          f"resumed_from={resumed_step}", flush=True)
+
+    with Session(state_dict, load_state_dict, step=resumed_step) as session:
         reported_round = None
         for step in session.steps(args.steps):
             if session.in_place and session.round != reported_round:
@@ -103,6 +128,8 @@ def main() -> None:
                 if session.rank == 0:
                     print(f"step={step} loss={loss.item():.4f} world_size={session.world_size} "
                           f"restart={session.round} time={time.time():.3f}", flush=True)
+                    if path is not None and session.step % args.checkpoint_every == 0:
+                        save_checkpoint(path, session.step, state_dict())
             optimizer.zero_grad()
         checksum = sum(float(p.detach().double().sum()) for p in model.parameters())
         print(f"done step={session.step} applied={int(applied)} checksum={checksum:.6f} pid={os.getpid()}",
