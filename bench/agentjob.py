@@ -64,16 +64,22 @@ class LogTail:
         self.rest = lines.pop()
         now = time.time()
         for line in lines:
-            m = STEP.match(line)
-            if m:
-                self.steps.append((self.generation, Step(int(m[1]), float(m[2]), int(m[3]), int(m[4]), float(m[5]))))
-                continue
-            if STARTED.match(line):
-                self.generation += 1
-                continue
-            f = FAILED.search(line)
-            if f:
-                self.failures.append(Failure(self.agent, int(f[1]), int(f[3]), now))
+            self.read(line, now)
+
+    def read(self, line: str, now: float) -> bool:
+        """One complete line; True if it was one of the lines read here (a subclass reads the others)."""
+        m = STEP.match(line)
+        if m:
+            self.steps.append((self.generation, Step(int(m[1]), float(m[2]), int(m[3]), int(m[4]), float(m[5]))))
+            return True
+        if STARTED.match(line):
+            self.generation += 1
+            return True
+        f = FAILED.search(line)
+        if f:
+            self.failures.append(Failure(self.agent, int(f[1]), int(f[3]), now))
+            return True
+        return False
 
 
 @dataclass(frozen=True)
@@ -83,13 +89,14 @@ class AgentStep:
     step: Step
 
     @property
-    def round_key(self) -> tuple[int, int]:
-        """(agent, worker generation): a new value means new workers on that agent, i.e. a new round.
+    def round_key(self) -> tuple[int, int, int]:
+        """(agent, worker generation, `restart` field): a new value means a new round.
 
-        Not the step line's `restart` field: torch counts only failure restarts there, not the restarts
-        for a membership change.
+        The generation changes when an agent starts new workers (torch counts only failure restarts in the
+        `restart` field, not the restarts for a membership change); the `restart` field changes when the
+        same worker follows a new round in place (examples/train_inplace.py prints the round there).
         """
-        return (self.agent, self.generation)
+        return (self.agent, self.generation, self.step.restart)
 
 
 class BenchJob:
@@ -122,6 +129,7 @@ class BenchJob:
         ]
         self.agents: list[AgentProcess] = []
         self.tails: list[LogTail] = []
+        self.tail_type = LogTail
         self.launched_at: list[float] = []
 
     @property
@@ -140,7 +148,7 @@ class BenchJob:
         self.launched_at.append(time.time())
         agent.start()
         self.agents.append(agent)
-        self.tails.append(LogTail(agent.log_path, index))
+        self.tails.append(self.tail_type(agent.log_path, index))
         return agent
 
     # --- reading ---
@@ -157,11 +165,11 @@ class BenchJob:
         self.poll()
         return [f for t in self.tails for f in t.failures]
 
-    def round_keys(self) -> set[tuple[int, int]]:
+    def round_keys(self) -> set[tuple[int, int, int]]:
         return {s.round_key for s in self.steps()}
 
     def first_new_round_step(
-        self, after: float, world_size: int, known: set[tuple[int, int]], agents: set[int] | None = None
+        self, after: float, world_size: int, known: set[tuple[int, int, int]], agents: set[int] | None = None
     ) -> AgentStep | None:
         """The first step after `after`, at `world_size`, of a worker generation not in `known`."""
         for s in self.steps():

@@ -22,6 +22,9 @@ for node_loss only, `c10d-aggressive` (last_call_timeout=2, keep_alive_interval=
 Every variant runs with the same `--monitor-interval=0.2`. c10d runs at its real defaults: the worker
 TCPStore is shared across restarts (pytorch#135712), which is what the clean-recovery count shows.
 
+`--hot`: hot recovery instead, `elastic agent --recovery=in-place` beside restart mode and c10d (bench/hot.py;
+`--hot --help` lists its options).
+
 Each scenario runs `--repeat` times with the variants interleaved (A B C A B C ...); the report gives the
 median and min-max, a table, optional CSV/PNG (`--out DIR`) and one RESULT line per metric.
 """
@@ -42,10 +45,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 try:
-    from bench import common
+    from bench import common, hot
     from bench.agentjob import BenchJob, standalone_command
 except ModuleNotFoundError:  # run as a script: bench/ is on sys.path, the repo root is not
     import common  # type: ignore[no-redef]
+    import hot  # type: ignore[no-redef]
     from agentjob import BenchJob, standalone_command  # type: ignore[no-redef]
 
 from elastic.store.server import EtcdServer
@@ -472,6 +476,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="measure nothing: report the rows of earlier runs' recovery_runs.csv files together "
                              "(to join the parts of a run that was split or cut short)")
     parser.add_argument("--rtt-ms", default=None, help="with --from-csv: the etcd round trip to print, in ms")
+    parser.add_argument("--hot", action="store_true", help="measure hot recovery instead (bench/hot.py: in-place "
+                        "beside restart mode and c10d; `--hot --help` for its options)")
     args = parser.parse_args(argv)
     args.scenarios = [s for s in SCENARIOS if s in args.scenarios.split(",")]
     unknown = set(args.variants.split(",")) - set(BY_NAME)
@@ -483,6 +489,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if "--hot" in argv:
+        return hot.main([a for a in argv if a != "--hot"])
     args = parse_args(argv)
     notes = []
     variants = [BY_NAME[n] for n in args.variants.split(",")]

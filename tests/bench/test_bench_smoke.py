@@ -70,3 +70,21 @@ def test_kube_api_runs() -> None:
     found = dict(pair.split("=") for pair in line[1].split())
     assert {"total", "list", "watch", "get", "create", "patch", "delete", "cpu_s_per_min"} <= set(found), found
     assert float(found["cpu_s_per_min"]) > 0, found  # (3 s may hold no Lease renewal: requests can be 0)
+
+
+HOT_RESULT = re.compile(
+    r"^RESULT hot_worker_crash_recovery_s median=(\S+) p90=(\S+) restart=(\S+) c10d_defaults=(\S+) "
+    r"ratio_vs_restart=(\S+) ratio_vs_c10d=(\S+) clean=(\d+)/(\d+)$", re.M)
+
+
+def test_recovery_hot_runs(tmp_path: Path) -> None:
+    out = run_bench("recovery.py", "--hot", "--incidents", "1", "--blocks", "1", "--sizes", "2",
+                    "--scenarios", "worker_crash", "--variants", "in-place,restart", "--hidden", "64",
+                    "--step-seconds", "0.05", "--timeout", "30", "--out", str(tmp_path), timeout=120)
+    line = HOT_RESULT.search(out)
+    assert line, f"no hot RESULT line in:\n{out[-3000:]}"
+    median, _, restart, c10d, _, _, _, incidents = line.groups()
+    assert float(median) > 0 and float(restart) > 0 and c10d == "nan", line[0]
+    assert incidents == "1", line[0]
+    assert "| worker_crash | 2" in out and "detect" in out, out[-3000:]  # the table and the in-place phases
+    assert (tmp_path / "hot_runs.csv").exists()
