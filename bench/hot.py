@@ -210,12 +210,13 @@ class HotBench:
         elif not self.args.keep_logs:
             shutil.rmtree(job.root, ignore_errors=True)
 
-    def block(self, variant: Variant, size: int, count: int) -> None:
-        """`count` incidents of each scenario: the crashes in full-size jobs (nnodes N:2N, unless --crash-min-one),
-        then node loss and scale-up in turn in jobs that may shrink (1:2N)."""
+    def block(self, variant: Variant, size: int, crashes: int, losses: int) -> None:
+        """`crashes` worker crashes in full-size jobs (nnodes N:2N, unless --crash-min-one), then `losses` times
+        node loss and scale-up in turn, in jobs that may shrink (1:2N)."""
         crash_min = 1 if self.args.crash_min_one else size
-        for scenarios, min_nodes in (([s for s in self.args.scenarios if s == "worker_crash"], crash_min),
-                                     ([s for s in self.args.scenarios if s != "worker_crash"], 1)):
+        crash = [s for s in self.args.scenarios if s == "worker_crash"]
+        loss = [s for s in self.args.scenarios if s != "worker_crash"]
+        for scenarios, count, min_nodes in ((crash, crashes, crash_min), (loss, losses, 1)):
             self.jobs(variant, size, [s for _ in range(count) for s in scenarios], min_nodes)
 
     def jobs(self, variant: Variant, size: int, events: list[str], min_nodes: int) -> None:
@@ -489,8 +490,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="recovery.py --hot", description=__doc__.split("\n\n")[0])
     parser.add_argument("--incidents", type=int, default=10, help="incidents per scenario, variant and size "
                         "(default 10)")
+    parser.add_argument("--loss-incidents", type=int, default=None,
+                        help="node losses (each followed by a scale-up) per variant and size (default: --incidents)")
     parser.add_argument("--baseline-incidents", type=int, default=None,
-                        help="incidents for the c10d variants (default: --incidents; each costs up to minutes)")
+                        help="worker crashes for the c10d variants (default: --incidents; each costs up to minutes)")
+    parser.add_argument("--baseline-loss-incidents", type=int, default=None,
+                        help="node losses for the c10d variants (default: --loss-incidents)")
     parser.add_argument("--blocks", type=int, default=2, help="turns each variant takes (default 2)")
     parser.add_argument("--sizes", default="2,4", help="agents per job, comma-separated (default 2,4)")
     parser.add_argument("--scenarios", default=",".join(SCENARIOS), help=f"default {','.join(SCENARIOS)}")
@@ -514,6 +519,19 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return args
 
 
+def incidents(args: argparse.Namespace, variant: Variant) -> tuple[int, int]:
+    """(worker crashes, node losses) for this variant, over all blocks."""
+    losses = args.incidents if args.loss_incidents is None else args.loss_incidents
+    if variant.backend != "c10d":
+        return args.incidents, losses
+    crashes = args.incidents if args.baseline_incidents is None else args.baseline_incidents
+    return crashes, losses if args.baseline_loss_incidents is None else args.baseline_loss_incidents
+
+
+def share(total: int, blocks: int, block: int) -> int:
+    return total // blocks + (1 if block < total % blocks else 0)
+
+
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
     env = common.environment()
@@ -526,11 +544,8 @@ def main(argv: list[str]) -> int:
             for b in range(args.blocks):
                 for size in args.sizes:
                     for variant in args.variants:
-                        total = args.incidents if variant.backend != "c10d" or args.baseline_incidents is None \
-                            else args.baseline_incidents
-                        count = total // args.blocks + (1 if b < total % args.blocks else 0)
-                        if count:
-                            bench.block(variant, size, count)
+                        crashes, losses = incidents(args, variant)
+                        bench.block(variant, size, share(crashes, args.blocks, b), share(losses, args.blocks, b))
         finally:
             bench.store.close()
     print("\n".join(report(args, bench.rows, args.variants)))
