@@ -314,6 +314,18 @@ def log(message: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
+@dataclass
+class Measurement:
+    """One measured incident: seconds from the fault to training again (None: never), whether it was clean."""
+
+    scenario: str
+    variant: str
+    repeat: int
+    value: float | None
+    clean: bool | None = None
+    note: str = ""
+
+
 @dataclass(frozen=True)
 class Variant:
     """One backend with one set of settings, as a column of a benchmark table."""

@@ -151,13 +151,10 @@ class HotJob(BenchJob):
 
 
 @dataclass
-class Incident:
-    scenario: str
-    variant: str
-    agents: int
-    value: float | None
-    clean: bool | None = None
-    note: str = ""
+class Incident(common.Measurement):
+    """A measurement of this benchmark (`repeat`: the block), with its job's size and, in place, its phases."""
+
+    agents: int = 0
     phases: dict[str, float] | None = None
     replacement_in_group: float | None = None  # crash -> the replacement's group was built
     transfer_s: float | None = None  # the receiving rank's state_transfer
@@ -172,6 +169,7 @@ class HotBench:
         self.root = root
         self.rows: list[Incident] = []
         self.failed_logs: list[str] = []
+        self.repeat = 0  # the block being run
 
     def record(self, row: Incident) -> None:
         self.rows.append(row)
@@ -225,7 +223,7 @@ class HotBench:
             job = self.start(variant, size, len(events), min_nodes)
             if job is None:
                 for scenario in events:
-                    self.record(Incident(scenario, variant.name, size, None, False, "the job never started"))
+                    self.record(self.failed(scenario, variant, size, "the job never started"))
                 return
             mine: list[Incident] = []
             ok = True
@@ -271,7 +269,7 @@ class HotBench:
     def incident(self, job: HotJob, variant: Variant, size: int, scenario: str) -> Incident:
         want_live = size - 1 if scenario == "scale_up" else size
         if not self.prepare(job, want_live):
-            return Incident(scenario, variant.name, size, None, False, f"the job did not train at {want_live} agents")
+            return self.failed(scenario, variant, size, f"the job did not train at {want_live} agents")
         if variant is IN_PLACE:  # space the incidents by steps: each job ends at a known step
             job.fired += 1
             job.wait_for(lambda: job.latest_step() >= job.fired * STEPS_PER_INCIDENT, self.args.timeout)
@@ -307,9 +305,9 @@ class HotBench:
         if not isinstance(got, AgentStep):
             note = got or f"no recovery within {self.args.timeout:g} s"
             common.log(f"{scenario} {variant.name}: {note}\n{job.tail_text()}")
-            return Incident(scenario, variant.name, size, None, False, note)
-        row = Incident(scenario, variant.name, size, got.step.time - t, note=f"victim agent{victim}"
-                       if victim is not None else f"added agent{added}")
+            return self.failed(scenario, variant, size, note)
+        row = Incident(scenario, variant.name, self.repeat, got.step.time - t, agents=size,
+                       note=f"victim agent{victim}" if victim is not None else f"added agent{added}")
         if variant is IN_PLACE:
             self.breakdown(job, row, t, got, scenario, victim, known)
         steady = job.wait_steady(want, got.step.time, STEADY_STEPS, self.args.timeout)
@@ -327,6 +325,9 @@ class HotBench:
         if not steady:
             row.note += f"; fewer than {STEADY_STEPS} steps after the recovery"
         return row
+
+    def failed(self, scenario: str, variant: Variant, size: int, note: str) -> Incident:
+        return Incident(scenario, variant.name, self.repeat, None, False, note, agents=size)
 
     def prepare(self, job: HotJob, want_live: int) -> bool:
         """Bring the job to `want_live` agents, training steadily (unmeasured); False if it does not."""
@@ -542,6 +543,7 @@ def main(argv: list[str]) -> int:
         bench = HotBench(args, etcd, root)
         try:
             for b in range(args.blocks):
+                bench.repeat = b
                 for size in args.sizes:
                     for variant in args.variants:
                         crashes, losses = incidents(args, variant)

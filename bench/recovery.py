@@ -41,7 +41,6 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 try:
@@ -55,6 +54,7 @@ except ModuleNotFoundError:  # run as a script: bench/ is on sys.path, the repo 
 from elastic.store.server import EtcdServer
 
 Variant = common.Variant
+Measurement = common.Measurement
 
 STEP_SECONDS = 0.05
 CHECKPOINT_EVERY = 5
@@ -93,16 +93,6 @@ COMPARISONS = [("defaults", "c10d-defaults"), ("equal", "c10d-equal"), ("aggress
 FLOOR_VARIANTS = {"cold_1w": "launch -> first step, 1 worker", "restart_1w": "worker SIGKILL -> first step, 1 worker",
                   "cold_2w": "launch -> first step, 2 workers", "restart_2w": "worker SIGKILL -> first step, 2 workers",
                   "cold_4w": "launch -> first step, 4 workers"}
-
-
-@dataclass
-class Measurement:
-    scenario: str
-    variant: str
-    repeat: int
-    value: float | None
-    clean: bool | None = None
-    note: str = ""
 
 
 class Bench:
