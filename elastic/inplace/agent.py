@@ -35,7 +35,7 @@ from elastic.inplace.zygote import WorkerCommand, Zygote
 from elastic.policy.inplace import Finish, Keep, Rejoin, Replace, RestartAll, next_step
 from elastic.rendezvous.handler import EtcdV3RendezvousHandler
 from elastic.rendezvous.plugin import create_handler
-from elastic.train.context import WorkerContext
+from elastic.train.context import Marker, WorkerContext
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +86,10 @@ class InPlaceAgent:
         if step.failure is not None:
             self.handler.report_worker_failure(step.failure, time.time())
             log.warning("local worker(s) %s failed (exit %s): replaced in place", list(step.ranks), step.failure)
-        self._start(step.ranks, after_round=self.handler.joined_round)
+        for rank in step.ranks:  # each joins rounds after the last its predecessor was in
+            marker = Marker.read(self.markers, rank)
+            last = marker.round if marker is not None and marker.round is not None else self.handler.joined_round
+            self._start([rank], after_round=last)
         if step.failure is not None or self.handler.num_nodes_waiting() > 0:
             self._rejoin()
 
@@ -149,8 +152,8 @@ class InPlaceAgent:
         """Local ranks whose current process announced it follows rounds (elastic.train.Session)."""
         capable = set()
         for rank, process in self.workers.items():
-            marker = self.markers / str(rank)
-            if marker.exists() and marker.read_text().strip() == str(process.pid):
+            marker = Marker.read(self.markers, rank)
+            if marker is not None and marker.pid == process.pid:
                 capable.add(rank)
         return frozenset(capable)
 

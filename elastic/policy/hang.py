@@ -37,12 +37,23 @@ def step_deadline(step_seconds: list[float], settings: HangSettings) -> float | 
     return max(settings.factor * median, settings.floor_seconds)
 
 
+def abandon_after(step_seconds: list[float], settings: HangSettings) -> float:
+    """How long a collective may run on after its round ended before the worker gives it up: the grace, or
+    two median steps if longer (a big all-reduce in flight when a scale-up ends the round still finishes,
+    and a worker that gave it up would lose its state)."""
+    if len(step_seconds) < settings.min_steps:
+        return settings.abandon_after_seconds
+    return max(settings.abandon_after_seconds, 2 * sorted(step_seconds)[len(step_seconds) // 2])
+
+
 def verdict(
-    elapsed: float, deadline: float | None, in_collective: bool, round_over: bool, settings: HangSettings
+    elapsed: float, deadline: float | None, in_collective: bool, round_over: bool, settings: HangSettings,
+    grace: float | None = None,
 ) -> Verdict:
-    """What a worker does `elapsed` seconds into a step (or into the current collective, when in one)."""
+    """What a worker does `elapsed` seconds into a step (or into the current collective, when in one).
+    `grace`: see `abandon_after` (default: the settings' fixed grace)."""
     if in_collective:
-        if round_over and elapsed > settings.abandon_after_seconds:
+        if round_over and elapsed > (settings.abandon_after_seconds if grace is None else grace):
             return Verdict.ABANDON
         return Verdict.CONTINUE
     if deadline is not None and elapsed > deadline:

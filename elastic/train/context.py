@@ -10,11 +10,12 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from elastic.policy.inplace import ABANDONED_EXIT, HUNG_EXIT
 from elastic.store import EtcdAuth, JobKeys
 
-__all__ = ["ABANDONED_EXIT", "HUNG_EXIT", "WorkerContext"]
+__all__ = ["ABANDONED_EXIT", "HUNG_EXIT", "Marker", "WorkerContext"]
 
 ENDPOINTS = "ELASTIC_INPLACE_ENDPOINTS"
 JOB = "ELASTIC_INPLACE_JOB"
@@ -72,3 +73,27 @@ class WorkerContext:
         if self.marker_dir:
             env[MARKER_DIR] = self.marker_dir
         return env
+
+
+@dataclass(frozen=True)
+class Marker:
+    """What a worker that follows rounds tells its agent, in a file per local rank: that it does (so a
+    membership change need not restart it), and the last round it joined (a replacement for it joins only
+    later rounds: the agent itself may already be in the next one)."""
+
+    pid: int
+    round: int | None = None
+
+    def write(self, directory: str, local_rank: int) -> None:
+        path = Path(directory, str(local_rank))
+        partial = path.with_suffix(".partial")
+        partial.write_text(f"{self.pid} {'' if self.round is None else self.round}".strip())
+        partial.replace(path)  # atomic: the agent never reads half a marker
+
+    @classmethod
+    def read(cls, directory: str | Path, local_rank: int) -> Marker | None:
+        try:
+            fields = Path(directory, str(local_rank)).read_text().split()
+            return cls(int(fields[0]), int(fields[1]) if len(fields) > 1 else None)
+        except (OSError, ValueError, IndexError):
+            return None

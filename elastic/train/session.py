@@ -22,15 +22,14 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
-from elastic.policy.hang import HangSettings, Verdict, step_deadline, verdict
+from elastic.policy.hang import HangSettings, Verdict, abandon_after, step_deadline, verdict
 from elastic.policy.state_source import transfer_plan
-from elastic.train.context import ABANDONED_EXIT, HUNG_EXIT, WorkerContext
+from elastic.train.context import ABANDONED_EXIT, HUNG_EXIT, Marker, WorkerContext
 from elastic.train.progress import ProgressReporter
 from elastic.train.rounds import Assignment, RoundFollower, round_over
 from elastic.train.transfer import exchange_reports, load, move_state
@@ -119,7 +118,7 @@ class Session:
             self._activity = ("step", time.monotonic())
             return self
         self._follower = RoundFollower(self.context)
-        self._mark_capable()
+        self._mark(None)
         threading.Thread(target=self._watchdog, name="elastic-train-watchdog", daemon=True).start()
         self._join(self.context.after_round)
         return self
@@ -209,13 +208,16 @@ class Session:
                     received = self._exchange_state()
                 break
             except COMMUNICATION_ERRORS as err:
-                print(f"elastic.train: round {found.round} ended while joining it ({_first_line(err)}); "
-                      "waiting for the next", file=sys.stderr, flush=True)
                 if dist.is_initialized():
                     dist.destroy_process_group()
+                if not round_over(self._follower.state(), found.round):
+                    raise  # the round holds but its group cannot form: a failure, for the agent to report
+                print(f"elastic.train: round {found.round} ended while joining it ({_first_line(err)}); "
+                      "waiting for the next", file=sys.stderr, flush=True)
                 self._activity = ("idle", time.monotonic())
                 after = found.round
         self._apply(received)
+        self._mark(found.round)
         done = time.monotonic()
         self.last_recovery = Recovery(
             round=found.round, wait_round=joined_at - started, process_group=grouped_at - joined_at,
@@ -261,8 +263,9 @@ class Session:
             if kind == "idle" or self.assignment is None:
                 continue
             over = kind == "collective" and self._round_is_over()
-            decision = verdict(time.monotonic() - since, step_deadline(list(self._step_seconds), self._hang),
-                               kind == "collective", over, self._hang)
+            steps = list(self._step_seconds)
+            decision = verdict(time.monotonic() - since, step_deadline(steps, self._hang), kind == "collective",
+                               over, self._hang, grace=abandon_after(steps, self._hang))
             if decision is Verdict.CONTINUE:
                 continue
             code = ABANDONED_EXIT if decision is Verdict.ABANDON else HUNG_EXIT
@@ -271,11 +274,11 @@ class Session:
             print(f"elastic.train: rank {self.rank} exits ({code}): {what}", file=sys.stderr, flush=True)
             os._exit(code)
 
-    def _mark_capable(self) -> None:
-        """Tell the agent this worker follows rounds itself, so a membership change need not restart it."""
+    def _mark(self, round_number: int | None) -> None:
+        """Tell the agent this worker follows rounds itself, and the last round it joined (see `Marker`)."""
         assert self.context is not None
         if self.context.marker_dir:
-            Path(self.context.marker_dir, str(self.context.local_rank)).write_text(str(os.getpid()))
+            Marker(os.getpid(), round_number).write(self.context.marker_dir, self.context.local_rank)
 
 
 def _first_line(err: BaseException) -> str:

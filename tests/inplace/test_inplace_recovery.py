@@ -8,7 +8,9 @@ and the budget is charged once per incident (a scale-up not at all).
 
 from __future__ import annotations
 
+import os
 import re
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -29,8 +31,10 @@ RECOVERED = re.compile(r"^recovered round=(\d+) rank=(\d+) world_size=(\d+) .* b
 
 class InPlaceJob:
     def __init__(self, etcd: EtcdServer, root: Path, run_id: str, nnodes: str, script_args: list[str],
-                 script: Path = ROOT / "examples" / "train_inplace.py", env: dict[str, str] | None = None) -> None:
+                 script: Path = ROOT / "examples" / "train_inplace.py", env: dict[str, str] | None = None,
+                 nproc_per_node: int = 1) -> None:
         self.etcd, self.root, self.run_id, self.nnodes = etcd, root, run_id, nnodes
+        self.nproc_per_node = nproc_per_node
         self.script, self.script_args, self.env = script, script_args, env or {}
         self.agents: list[AgentProcess] = []
         self.store = Store(etcd.client_url)
@@ -39,7 +43,7 @@ class InPlaceJob:
     def add_agent(self) -> AgentProcess:
         command = torchrun_command(self.etcd.client_url, self.run_id, self.nnodes, self.script_args,
                                    conf={"lease_seconds": 3, "last_call_seconds": 1, "max_restarts": 5},
-                                   launcher=IN_PLACE, script=self.script)
+                                   launcher=IN_PLACE, script=self.script, nproc_per_node=self.nproc_per_node)
         agent = AgentProcess(command, self.root / f"agent{len(self.agents)}.log", env=self.env).start()
         self.agents.append(agent)
         return agent
@@ -114,6 +118,33 @@ def test_a_worker_crash_keeps_the_survivors_and_hands_state_to_the_replacement(i
     assert replacement, "the replacement received the state from a live peer"
     budget = job.budget()
     assert budget["used"] == 1 and [c["reason"] for c in budget["charges"]] == ["WorkerFailure"], budget
+
+
+def test_rank_0_killed_among_two_workers_per_node_gets_the_state_from_rank_1(in_place_job) -> None:
+    """SIGKILL of global rank 0 (2 agents x 2 workers): the lowest survivor that holds the state sends it, the
+    replacement takes rank 0 again (its agent keeps its rank in the next round), one charge."""
+    total = 150
+    job = in_place_job("2:2", ["--steps", str(total), "--step-seconds", "0.03"], nproc_per_node=2)
+    agents = [job.add_agent() for _ in range(2)]
+    assert wait_until(lambda: any(s > 20 for s in job.steps()), 90), job.logs()
+    assert wait_until(lambda: all(len(a.worker_pids()) == 2 for a in agents), 30), job.logs()
+    host = next(a for a in agents if re.search(r"^recovered round=0 rank=0 ", a.output(), re.M))
+    rank0 = int(re.search(r"^recovered round=0 rank=0 .* pid=(\d+)", host.output(), re.M)[1])
+    before = {pid for a in agents for pid in a.worker_pids()}
+    os.kill(rank0, signal.SIGKILL)
+    job.wait_finished()
+
+    assert_consistent(job, total, ranks=4)
+    kept = {pid for *_, pid in job.done()} & before
+    assert kept and rank0 not in kept, "survivors keep their processes"
+    # A survivor whose collective waited on a peer that left it (not on the dead one: gloo's ring) gives it up
+    # once the round ended and is re-forked for free (exit 86); nobody else was replaced.
+    abandoned = len(re.findall(r"exits \(86\)", job.output()))
+    assert len(kept) + abandoned == 3, job.logs()
+    received = [m for m in RECOVERED.finditer(host.output()) if int(m[1]) > 0 and int(m[2]) == 0]
+    assert received and int(received[0][4]) > 0 and int(received[0][5]) != 0, host.output()[-3000:]
+    budget = job.budget()
+    assert budget["used"] == 1 and budget["charges"][0]["exit_code"] == 137, budget  # SIGKILL, as a shell says
 
 
 def test_a_lost_node_is_survived_in_place_and_charged_once(in_place_job) -> None:

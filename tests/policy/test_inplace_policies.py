@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from elastic.policy.hang import HangSettings, Verdict, step_deadline, verdict
+from elastic.policy.hang import HangSettings, Verdict, abandon_after, step_deadline, verdict
 from elastic.policy.inplace import ABANDONED_EXIT, Finish, Keep, Rejoin, Replace, RestartAll, next_step
 from elastic.policy.state_source import Report, transfer_plan
 
@@ -76,7 +76,9 @@ VERDICTS = [
 
 
 @pytest.mark.parametrize(("elapsed", "deadline", "in_collective", "round_over", "expected"), VERDICTS)
-def test_verdict(elapsed: float, deadline: float | None, in_collective: bool, round_over: bool, expected: Verdict) -> None:
+def test_verdict(
+    elapsed: float, deadline: float | None, in_collective: bool, round_over: bool, expected: Verdict
+) -> None:
     assert verdict(elapsed, deadline, in_collective, round_over, SETTINGS) is expected
 
 
@@ -90,3 +92,19 @@ def test_verdict(elapsed: float, deadline: float | None, in_collective: bool, ro
 )
 def test_step_deadline(steps: list[float], expected: float | None) -> None:
     assert step_deadline(steps, SETTINGS) == expected
+
+
+@pytest.mark.parametrize(
+    ("steps", "expected"),
+    [
+        pytest.param([0.1, 0.1], 1.0, id="no median yet: the fixed grace"),
+        pytest.param([0.1, 0.2, 0.1], 1.0, id="fast steps: the fixed grace"),
+        pytest.param([0.9, 0.8, 1.2], 1.8, id="slow steps: two medians, so a big all-reduce may finish"),
+    ],
+)
+def test_abandon_after(steps: list[float], expected: float) -> None:
+    assert abandon_after(steps, SETTINGS) == pytest.approx(expected)
+
+
+def test_a_collective_inside_a_long_grace_is_not_abandoned() -> None:
+    assert verdict(1.5, None, True, True, SETTINGS, grace=1.8) is Verdict.CONTINUE
