@@ -11,7 +11,7 @@ way, with torchrun's restarts. The training loop with `elastic.train.Session`:
             loss.backward()
             if session.allreduce_gradients(model):  # False: the group changed, redo this step
                 optimizer.step()
-                session.commit()
+                session.commit(loss.item())
             optimizer.zero_grad()
 
 Printed (a stable format, parsed by tests and bench/): each process prints `started rank=<r> world_size=<w>
@@ -19,7 +19,7 @@ resumed_from=<step>` once; rank 0 prints `step=<n> loss=<f> world_size=<w> resta
 step (and with `--checkpoint-dir` saves every `--checkpoint-every` steps, which every process loads at
 start: the restart modes resume from it; in place the state comes from a live peer); every rank prints
 `recovered round=<r> rank=<k> world_size=<w> wait_round=<s> process_group=<s> state_transfer=<s> bytes=<n>
-source=<rank> time=<unix>` after each change, and `done step=<n> applied=<n> checksum=<f> pid=<pid>`
+source=<rank> pid=<pid> time=<unix>` after each change, and `done step=<n> applied=<n> checksum=<f> pid=<pid>`
 at the end; `--crash-at-step` prints `crashing rank=<r> step=<n> pid=<pid> time=<unix>` as it exits.
 """
 
@@ -45,7 +45,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--hidden", type=int, default=64, help="hidden width; 3536 gives 100 MB of state")
     parser.add_argument("--step-seconds", type=float, default=0.0, help="extra time per step (a slower model)")
     parser.add_argument("--crash-at-step", type=int, help="the worker with rank 1 exits 1 at this step, once")
-    parser.add_argument("--crash-marker", default="", help="file made at the crash: no crash if it exists")
+    parser.add_argument("--crash-marker", default="", help="file made at the crash: no crash if it exists "
+                        "(relative: in $ELASTIC_CHECKPOINT_DIR or --checkpoint-dir when set)")
     parser.add_argument("--checkpoint-dir", type=Path, help="rank 0 saves here; every process loads it at start")
     parser.add_argument("--checkpoint-every", type=int, default=20, help="steps between saves (default 20)")
     return parser.parse_args()
@@ -62,8 +63,12 @@ def maybe_crash(args: argparse.Namespace, step: int, rank: int) -> None:
     if args.crash_at_step != step or rank != 1:
         return
     marker = Path(args.crash_marker) if args.crash_marker else None
+    run_dir = os.environ.get("ELASTIC_CHECKPOINT_DIR") or args.checkpoint_dir
+    if marker is not None and not marker.is_absolute() and run_dir:
+        marker = Path(run_dir) / marker  # a relative marker lives with the run, not in the script's directory
     if marker is not None:
         try:
+            marker.parent.mkdir(parents=True, exist_ok=True)
             marker.touch(exist_ok=False)
         except FileExistsError:
             return
@@ -115,7 +120,7 @@ def main() -> None:
                 print(f"recovered round={session.round} rank={session.rank} world_size={session.world_size} "
                       f"wait_round={r.wait_round:.4f} process_group={r.process_group:.4f} "
                       f"state_transfer={r.state_transfer:.4f} bytes={r.received_bytes} source={r.source} "
-                      f"time={time.time():.3f}", flush=True)
+                      f"pid={os.getpid()} time={time.time():.3f}", flush=True)
             maybe_crash(args, step, session.rank)
             x, y = batch(step, session.rank)
             loss = nn.functional.cross_entropy(model(x), y)
@@ -124,7 +129,7 @@ def main() -> None:
             if session.allreduce_gradients(model):
                 optimizer.step()
                 applied += 1
-                session.commit()
+                session.commit(loss.item())
                 if session.rank == 0:
                     print(f"step={step} loss={loss.item():.4f} world_size={session.world_size} "
                           f"restart={session.round} time={time.time():.3f}", flush=True)
