@@ -85,6 +85,7 @@ class Session:
         self._stopped = threading.Event()
         self._progress = ProgressReporter()
         self._total: int | None = None
+        self._loss: float | None = None
         self._hang = HangSettings()
         if self.context is not None:
             self._hang = HangSettings(factor=self.context.hang_factor, floor_seconds=self.context.hang_floor_seconds)
@@ -126,7 +127,7 @@ class Session:
     def __exit__(self, *exc: object) -> None:
         self._stopped.set()
         if exc[0] is None and self.rank == 0:
-            self._progress.report(self.step, None, self.world_size, self._total, final=True)
+            self._progress.report(self.step, self._loss, self.world_size, self._total, final=True)
         self._progress.close()
         if self.context is not None and dist.is_initialized():
             dist.destroy_process_group()
@@ -167,7 +168,8 @@ class Session:
         self.step += 1
         self._activity = ("step", now)
         if self.rank == 0:
-            self._progress.report(self.step, loss, self.world_size, self._total)
+            self._loss = loss if loss is not None else self._loss
+            self._progress.report(self.step, self._loss, self.world_size, self._total)
 
     def steps(self, total: int) -> Iterator[int]:
         """`for step in session.steps(total)`: the step to run next, until `total` are committed."""
