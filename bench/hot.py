@@ -170,6 +170,7 @@ class HotBench:
         self.rows: list[Incident] = []
         self.failed_logs: list[str] = []
         self.repeat = 0  # the block being run
+        self.current: HotJob | None = None  # the job running now (stopped if the bench is interrupted)
 
     def record(self, row: Incident) -> None:
         self.rows.append(row)
@@ -191,6 +192,7 @@ class HotBench:
                             "--checkpoint-every", str(self.args.checkpoint_every)]
         endpoint = self.etcd.client_url if variant.backend == "etcd-v3" else f"127.0.0.1:{common.free_port()}"
         job = HotJob(root, variant, endpoint, f"{min_nodes}:{2 * size}", script_args)
+        self.current = job
         t0 = time.time()
         for _ in range(size):
             job.add()
@@ -203,6 +205,7 @@ class HotBench:
 
     def close(self, job: HotJob, ok: bool) -> None:
         job.stop()
+        self.current = None
         if not ok:
             self.failed_logs.append(str(job.root))
         elif not self.args.keep_logs:
@@ -275,7 +278,7 @@ class HotBench:
             job.wait_for(lambda: job.latest_step() >= job.fired * STEPS_PER_INCIDENT, self.args.timeout)
         known = job.round_keys()
         before_pids = job.worker_pids()
-        seen = len(job.failures())
+        logged = set(job.failures())
         live = job.live()
         victim: int | None = None
         added: int | None = None
@@ -314,7 +317,8 @@ class HotBench:
         later = job.first_new_round_step(got.step.time, want, known | {got.round_key})
         between = sorted({s.step.world_size for s in job.steps() if t < s.step.time < got.step.time
                           and s.round_key not in known})
-        extra = _extra_failures(job.failures()[seen:], before_pids, victim if scenario == "worker_crash" else None)
+        new = [f for f in job.failures() if f not in logged]  # (listed agent by agent, not in time order)
+        extra = _extra_failures(new, before_pids, victim if scenario == "worker_crash" else None)
         row.clean = steady and later is None and not extra and not between
         if between:
             row.note += f"; trained first in a round of world size {', '.join(map(str, between))}"
@@ -549,6 +553,8 @@ def main(argv: list[str]) -> int:
                         crashes, losses = incidents(args, variant)
                         bench.block(variant, size, share(crashes, args.blocks, b), share(losses, args.blocks, b))
         finally:
+            if bench.current is not None:
+                bench.current.stop()
             bench.store.close()
     print("\n".join(report(args, bench.rows, args.variants)))
     if bench.failed_logs:
