@@ -24,6 +24,7 @@ applied = step on every rank and equal checksums.
 from __future__ import annotations
 
 import argparse
+import csv
 import math
 import re
 import shutil
@@ -400,19 +401,33 @@ def values(rows: list[Incident], scenario: str, variant: str, agents: int | None
             and (agents is None or r.agents == agents)]
 
 
-def result_line(rows: list[Incident], scenario: str, agents: int | None) -> str:
+def censored(found: list[float | None], timeout: float) -> list[float]:
+    """A recovery that never came counts as the timeout: a lower bound, so a median stays one too."""
+    return [timeout if v is None else v for v in found]
+
+
+def result_line(rows: list[Incident], scenario: str, agents: int | None, timeout: float) -> str:
     name = scenario if agents is None else f"{scenario}_{agents}_agents"
     mine = [r for r in rows if r.scenario == scenario and r.variant == IN_PLACE.name
             and (agents is None or r.agents == agents)]
-    got = [r.value for r in mine if r.value is not None]
+    got = censored([r.value for r in mine], timeout)
     median = statistics.median(got) if got else math.nan
-    restart = common.Summary.of(values(rows, scenario, RESTART.name, agents)).median
-    c10d = common.Summary.of(values(rows, scenario, C10D_DEFAULTS.name, agents)).median
+    restart = common.Summary.of(censored(values(rows, scenario, RESTART.name, agents), timeout)).median
+    c10d = common.Summary.of(censored(values(rows, scenario, C10D_DEFAULTS.name, agents), timeout)).median
     clean = sum(1 for r in mine if r.clean)
     return (f"RESULT hot_{name}_recovery_s median={common.number(median)} p90={common.number(p90(got))} "
             f"restart={common.number(restart)} c10d_defaults={common.number(c10d)} "
             f"ratio_vs_restart={common.number(common.ratio(restart, median), 2)} "
             f"ratio_vs_c10d={common.number(common.ratio(c10d, median), 2)} clean={clean}/{len(mine)}")
+
+
+def only_abandoned(row: Incident) -> bool:
+    """Not clean only because survivors left a collective that could not finish (exit 86, restarted free)."""
+    if row.clean is not False or row.value is None or "other failures: " not in row.note:
+        return False
+    others = row.note.split("other failures: ", 1)[1]
+    codes = re.findall(r"exit (-?\d+)", others.split(";")[0])
+    return bool(codes) and set(codes) == {"86"} and ";" not in others
 
 
 def report(args: argparse.Namespace, rows: list[Incident], variants: list[Variant]) -> list[str]:
@@ -429,6 +444,9 @@ def report(args: argparse.Namespace, rows: list[Incident], variants: list[Varian
                     cell += f", p90 {common.number(p90([r.value for r in mine if r.value is not None]), 2)}"
                 if mine:
                     cell += f", {sum(1 for r in mine if r.clean)}/{len(mine)} clean"
+                    abandoned = sum(1 for r in mine if only_abandoned(r))
+                    if abandoned:
+                        cell += f" (+{abandoned} where only survivors abandoned their collective, exit 86)"
                 cells.append(cell)
             table_rows.append(cells)
     out.append(common.table(["scenario", "agents", *(v.name for v in variants)], table_rows))
@@ -439,11 +457,12 @@ def report(args: argparse.Namespace, rows: list[Incident], variants: list[Varian
         out.append(common.table(["scenario", "variant", "agents", "seconds", "what"],
                                 [(r.scenario, r.variant, r.agents, common.number(r.value, 2) if r.value else "none",
                                   r.note) for r in unclean]))
-    out.append("")
+    out.append(f"\nIn RESULT lines a recovery that never came counts as the timeout, {args.timeout:g} s (a lower "
+               "bound); median and p90 are in-place's, restart and c10d_defaults those variants' medians.\n")
     for scenario in args.scenarios:
-        out.append(result_line(rows, scenario, None))
+        out.append(result_line(rows, scenario, None, args.timeout))
         if len(args.sizes) > 1:
-            out += [result_line(rows, scenario, size) for size in args.sizes]
+            out += [result_line(rows, scenario, size, args.timeout) for size in args.sizes]
     return out
 
 
@@ -513,6 +532,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds a recovery may take (default 120)")
     parser.add_argument("--start-timeout", type=float, default=240.0, help="seconds to steady training at start")
     parser.add_argument("--out", type=Path, default=None, help="write hot_runs.csv here, row by row")
+    parser.add_argument("--from-csv", type=Path, default=None, help="measure nothing: report an earlier run's "
+                        "hot_runs.csv again (with the same --sizes, --scenarios, --variants)")
     parser.add_argument("--keep-logs", action="store_true", help="keep every agent log (default: failed runs only)")
     args = parser.parse_args(argv)
     args.scenarios = [s for s in SCENARIOS if s in args.scenarios.split(",")]
@@ -537,10 +558,32 @@ def share(total: int, blocks: int, block: int) -> int:
     return total // blocks + (1 if block < total % blocks else 0)
 
 
+def from_csv(path: Path) -> list[Incident]:
+    """The rows of an earlier run's hot_runs.csv (to report it again)."""
+    rows = []
+    with path.open(newline="") as f:
+        for raw in csv.DictReader(f):
+            numeric = ("value", "replacement_in_group", "transfer_s", "transfer_bytes")
+            number = {k: float(v) if v not in ("", "None") else None for k, v in raw.items()
+                      if k in numeric or k.startswith("phase_")}
+            phases = {p: number[f"phase_{p}"] for p in PHASES if number.get(f"phase_{p}") is not None}
+            rows.append(Incident(
+                raw["scenario"], raw["variant"], int(raw["repeat"]), number["value"],
+                {"True": True, "False": False}.get(raw["clean"]), raw["note"], agents=int(raw["agents"]),
+                phases=phases or None, replacement_in_group=number["replacement_in_group"],
+                transfer_s=number["transfer_s"],
+                transfer_bytes=int(number["transfer_bytes"]) if number["transfer_bytes"] is not None else None,
+            ))
+    return rows
+
+
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
     env = common.environment()
     common.print_environment(env)
+    if args.from_csv:
+        print("\n".join(report(args, from_csv(args.from_csv), args.variants)))
+        return 0
     root = Path(tempfile.mkdtemp(prefix="elastic-bench-hot-"))
     common.exit_cleanly_on_sigterm()
     with EtcdServer() as etcd:
