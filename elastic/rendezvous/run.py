@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass
 from elastic.errors import PermanentError
 from elastic.policy.budget import Budget, Charge, charge, exhausted_message
 from elastic.policy.exits import Action, Decision, ExitCause, classify
-from elastic.rendezvous.protocol import FINISHED, all_finished
+from elastic.rendezvous.protocol import FINISHED, MEMBER_LOST, all_finished
 from elastic.rendezvous.state import Closed, Departure, JobState, Member, Round
 from elastic.spec import RestartPolicy, Rule
 from elastic.store import Delete, JobKeys, ModRevisionIs, Put, Store, UnchangedSince, dumps
@@ -182,6 +182,10 @@ class JobRun:
         lease = state.job_lease
         now = time.time()
         expected = tuple(sorted(m for m in state.heard_from() if m in current.members and m in state.members))
+        if not expected and incident.reason == MEMBER_LOST:
+            # Nobody reported: the survivors' workers did not fail (in-place workers catch the error), yet
+            # every member still holding a key is alive and will re-join; the lost one holds none.
+            expected = tuple(sorted(m for m in current.members if m in state.members))
         following = Round(
             current.number + 1, previous=current.members, opened_by=incident.reason, opened_at=now, expected=expected
         )

@@ -60,13 +60,12 @@ class WorkerContext:
         )
 
     def env(self) -> dict[str, str]:
-        """The variables that give a worker this context (auth travels as ELASTIC_ETCD_*, never here)."""
+        """The variables that give a worker this context (auth travels as ELASTIC_ETCD_*, never here; the hang
+        settings are the user's own ELASTIC_HANG_* variables, which the worker inherits)."""
         env = {
             ENDPOINTS: self.endpoints,
             JOB: f"{self.job.namespace}/{self.job.name}",
             MEMBER: self.member,
-            HANG_FACTOR: str(self.hang_factor),
-            HANG_FLOOR: str(self.hang_floor_seconds),
         }
         if self.after_round is not None:
             env[AFTER_ROUND] = str(self.after_round)

@@ -13,6 +13,8 @@ a failed collective raises, and the launcher restarts the worker, as without thi
 
 from __future__ import annotations
 
+import functools
+import gc
 import os
 import sys
 import threading
@@ -22,7 +24,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 import torch.distributed as dist
@@ -37,6 +39,7 @@ from elastic.train.transfer import exchange_reports, load, move_state
 # What a collective failing as a peer dies (or its round's store going away) raises.
 COMMUNICATION_ERRORS = (RuntimeError, dist.DistError)
 WATCHDOG_SECONDS = 0.1
+T = TypeVar("T")
 
 
 @dataclass
@@ -144,14 +147,9 @@ class Session:
             dist.all_reduce(flat)
         else:
             flat[-1] = float(self._round_is_over())
-            try:
-                with self._collective():
-                    dist.all_reduce(flat)
-            except COMMUNICATION_ERRORS as err:
-                self._recover(f"collective failed: {_first_line(err)}")
-                return False
-            if flat[-1].item() > 0:
-                self._recover("the round ended")
+            _, failed = self._communicate(lambda: dist.all_reduce(flat))
+            if failed is not None or flat[-1].item() > 0:
+                self._recover(f"collective failed: {failed}" if failed else "the round ended")
                 return False
         flat[:-1].div_(self.world_size)
         offset = 0
@@ -185,9 +183,10 @@ class Session:
 
     def _recover(self, why: str) -> None:
         assert self.assignment is not None
+        self._activity = ("idle", time.monotonic())  # not a step any more: the hang deadline does not apply
         print(f"elastic.train: rank {self.rank} leaves round {self.assignment.round} at step {self.step}: {why}",
               file=sys.stderr, flush=True)
-        dist.destroy_process_group()
+        _drop_group()
         self.recoveries += 1
         self._join(self.assignment.round)
 
@@ -200,24 +199,19 @@ class Session:
             found = self._follower.wait_for_assignment(after, self.join_timeout)
             joined_at = time.monotonic()
             self.assignment = found  # the watchdog now checks the round being joined
-            try:
-                with self._collective():
-                    dist.init_process_group(
-                        "gloo", store=self._follower.group_store(found.round), rank=found.rank,
-                        world_size=found.world_size, timeout=self.timeout,
-                    )
-                    grouped_at = time.monotonic()
-                    received = self._exchange_state()
+            formed, failed = self._communicate(functools.partial(self._form_group, found))
+            if failed is None:
                 break
-            except COMMUNICATION_ERRORS as err:
-                if dist.is_initialized():
-                    dist.destroy_process_group()
-                if not round_over(self._follower.state(), found.round):
-                    raise  # the round holds but its group cannot form: a failure, for the agent to report
-                print(f"elastic.train: round {found.round} ended while joining it ({_first_line(err)}); "
-                      "waiting for the next", file=sys.stderr, flush=True)
-                self._activity = ("idle", time.monotonic())
-                after = found.round
+            _drop_group()
+            if not round_over(self._follower.state(), found.round):
+                # The round holds but its group cannot form: a failure, for the agent to report.
+                raise RuntimeError(f"round {found.round}: the process group could not form: {failed}")
+            print(f"elastic.train: round {found.round} ended while joining it ({failed}); waiting for the next",
+                  file=sys.stderr, flush=True)
+            self._activity = ("idle", time.monotonic())
+            after = found.round
+        assert formed is not None
+        grouped_at, received = formed
         self._apply(received)
         self._mark(found.round)
         done = time.monotonic()
@@ -246,6 +240,24 @@ class Session:
             state = load(received[1])
             self._load_state_dict(state["state"])
             self.step = int(state["step"])
+
+    def _form_group(self, found: Assignment) -> tuple[float, tuple[int, bytes] | None]:
+        """A gloo group on the round's store prefix, then the state handover: (when the group formed, what
+        this rank received)."""
+        assert self._follower is not None
+        dist.init_process_group("gloo", store=self._follower.group_store(found.round), rank=found.rank,
+                                world_size=found.world_size, timeout=self.timeout)  # fmt: skip
+        return time.monotonic(), self._exchange_state()
+
+    def _communicate(self, action: Callable[[], T]) -> tuple[T | None, str | None]:
+        """Run a collective step; a communication failure comes back as its first line, never as the error
+        itself: its traceback holds the process group, and only a group nobody references closes its
+        connections, which is what makes peers stuck in the same collective fail at once too."""
+        try:
+            with self._collective():
+                return action(), None
+        except COMMUNICATION_ERRORS as err:
+            return None, _first_line(err)
 
     # --- hang detection ---
 
@@ -281,6 +293,19 @@ class Session:
         assert self.context is not None
         if self.context.marker_dir:
             Marker(os.getpid(), round_number).write(self.context.marker_dir, self.context.local_rank)
+
+
+def _drop_group() -> None:
+    """Destroy the default group and collect it now: its sockets close, so its peers' pending receives fail
+    at once (gloo on torch 2.13: neither abort() nor shutdown() does that, nor a group still referenced)."""
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    else:
+        # A group that failed half-way through init_process_group took a group number without registering
+        # a world, and only destroying the world resets the counter: unreset, this process would name its
+        # next group "1/" in the store while a fresh peer names it "0/", and neither would ever find the other.
+        dist.distributed_c10d._world.group_count = 0
+    gc.collect()
 
 
 def _first_line(err: BaseException) -> str:
