@@ -32,7 +32,7 @@ from torch.distributed.launcher.api import LaunchConfig
 from torch.distributed.run import config_from_args, get_args_parser
 
 from elastic.inplace.zygote import WorkerCommand, Zygote
-from elastic.policy.inplace import Finish, Keep, Rejoin, Replace, RestartAll, next_step
+from elastic.policy.inplace import Finish, Keep, Rejoin, Replace, ReportLostPeer, RestartAll, next_step
 from elastic.rendezvous.handler import EtcdV3RendezvousHandler
 from elastic.rendezvous.plugin import create_handler
 from elastic.train.context import Marker, WorkerContext
@@ -55,6 +55,7 @@ class InPlaceAgent:
         self.exits: dict[int, int | None] = {}
         self.info: RendezvousInfo | None = None
         self.rejoins = 0
+        self.broken_since: float | None = None
 
     def run(self) -> int:
         self.zygote.warm()
@@ -63,7 +64,7 @@ class InPlaceAgent:
         while True:
             self._wait_for_exits(self.config.monitor_interval)
             waiting = self.handler.num_nodes_waiting() > 0
-            step = next_step(self.exits, self._capable(), waiting)
+            step = next_step(self.exits, self._capable(), waiting, self._broken_for())
             if isinstance(step, Keep):
                 continue
             if isinstance(step, Finish):
@@ -73,6 +74,10 @@ class InPlaceAgent:
                 self._replace(step)
             elif isinstance(step, RestartAll):
                 self._restart_all(step.failure)
+            elif isinstance(step, ReportLostPeer):
+                log.warning("a peer vanished and nobody reported it: ending round %s for it", self.handler.joined_round)
+                self.handler.report_lost_peer()
+                self._rejoin()
             elif isinstance(step, Rejoin):
                 if step.restart_all:
                     self._restart_all(None)
@@ -148,6 +153,17 @@ class InPlaceAgent:
             env["OMP_NUM_THREADS"] = "1"
         return env
 
+    def _broken_for(self) -> float | None:
+        """Seconds since a local worker said the group of the current round broke under it (None: none did)."""
+        current = self.handler.joined_round
+        broken = [m for rank in self.workers if (m := Marker.read(self.markers, rank)) and m.broken == current]
+        if not broken:
+            self.broken_since = None
+            return None
+        if self.broken_since is None:
+            self.broken_since = time.monotonic()
+        return time.monotonic() - self.broken_since
+
     def _capable(self) -> frozenset[int]:
         """Local ranks whose current process announced it follows rounds (elastic.train.Session)."""
         capable = set()
@@ -214,17 +230,22 @@ def run(argv: Sequence[str]) -> int:
         raise SystemExit(f"elastic agent --recovery=in-place: the worker command must run Python (python "
                          f"script.py or python -m module), not {cmd!r}: workers are forks of a Python process")
     command = WorkerCommand(cmd_args[entry_index], tuple(cmd_args[entry_index + 1 :]), module, cwd=os.getcwd())
-    conf = {"settle_seconds": 0, **config.rdzv_configs}  # survivors do not exit: no collateral reports to await
+    # Survivors do not exit, so there are no collateral reports to wait for: only the live peers' answers,
+    # which come within milliseconds (the settle ends as soon as every member was heard from).
+    conf = {"settle_seconds": 0.5, **config.rdzv_configs}
     params = RendezvousParameters(config.rdzv_backend, config.rdzv_endpoint, config.run_id, config.min_nodes,
                                   config.max_nodes, config.local_addr, **conf)
     handler = create_handler(params)
     assert isinstance(handler, EtcdV3RendezvousHandler)
+    handler.settle_until_heard = True
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT):
         signal.signal(signum, _raise_signal)
     agent = InPlaceAgent(config, command, handler)
     try:
         code = agent.run()
     finally:
-        agent.close()
+        # Leave first: a departure recorded before the workers stop ends the round for what it is (a stop, a
+        # scale-down), not as the lost peer the others' broken groups would otherwise report.
         handler.shutdown()
+        agent.close()
     return code

@@ -16,6 +16,10 @@ ABANDONED_EXIT = 86
 # A worker that stopped making progress outside any collective (its own code hangs) exits with this code:
 # a failure like any other, charged to the budget once for the incident.
 HUNG_EXIT = 87
+# A local worker's group broke while its round still holds: a peer vanished. If its own agent lives it ends
+# the round within milliseconds (it sees the exit at once); after this long nobody will, the peer's whole
+# node is gone, and this agent ends the round instead of waiting for the lost member's lease to run out.
+LOST_PEER_GRACE_SECONDS = 0.5
 
 
 @dataclass(frozen=True)
@@ -50,11 +54,19 @@ class Rejoin:
     restart_all: bool
 
 
-AgentStep = Keep | Finish | Replace | RestartAll | Rejoin
+@dataclass(frozen=True)
+class ReportLostPeer:
+    """End the round for a peer that vanished without anyone reporting it (charged, as NodeLost)."""
 
 
-def next_step(exits: Mapping[int, int | None], capable: frozenset[int], change_pending: bool) -> AgentStep:
-    """`exits`: local rank -> exit code (None while running). `capable`: ranks that follow rounds themselves."""
+AgentStep = Keep | Finish | Replace | RestartAll | Rejoin | ReportLostPeer
+
+
+def next_step(
+    exits: Mapping[int, int | None], capable: frozenset[int], change_pending: bool, broken_for: float | None = None
+) -> AgentStep:
+    """`exits`: local rank -> exit code (None while running). `capable`: ranks that follow rounds themselves.
+    `broken_for`: seconds since a local worker said its group broke in the current round (None: none did)."""
     if exits and all(code == 0 for code in exits.values()):
         return Finish()
     ended = {rank: code for rank, code in exits.items() if code not in (None, 0)}
@@ -67,4 +79,6 @@ def next_step(exits: Mapping[int, int | None], capable: frozenset[int], change_p
         return Replace(tuple(sorted(ended)), failure)
     if change_pending:
         return Rejoin(restart_all=not all(rank in capable for rank, code in exits.items() if code is None))
+    if broken_for is not None and broken_for >= LOST_PEER_GRACE_SECONDS:
+        return ReportLostPeer()
     return Keep()

@@ -64,6 +64,7 @@ BACKEND = "etcd-v3"
 AT_EXIT_RETRY_SECONDS = 2.0
 SCALE_DOWN = "ScaleDown"
 PREEMPTED = "Preempted"
+NODE_LOST = "NodeLost"
 # Round ends that are free whatever the rules say: the controller or the user chose them, or neither the
 # job nor its nodes did anything wrong (etcd was away, someone wrote a bad key).
 VOLUNTARY = {SCALE_DOWN, SCALE_UP, STORE_UNAVAILABLE, CORRUPT_STATE}
@@ -93,6 +94,9 @@ class EtcdV3RendezvousHandler(RendezvousHandler):
         self._worker_failure: ExitCause | None = None
         self._lock = threading.Lock()
         self._shut_down = False
+        # The in-place agent sets this: its survivors never exit collaterally, so once every member of the
+        # round reported or answered, there is no root cause left to wait for (see `_settle`).
+        self.settle_until_heard = False
         atexit.register(self._at_exit)
 
     # --- torch's interface ---
@@ -196,6 +200,13 @@ class EtcdV3RendezvousHandler(RendezvousHandler):
             if self._worker_failure is None:
                 self._worker_failure = ExitCause(exit_code, worker=self.member_id, at=at or time.time())
 
+    def report_lost_peer(self) -> None:
+        """A peer vanished from this agent's workers' group and nobody reported it (the in-place agent): the
+        round ends as a lost node, charged once, without waiting for the lost member's lease to run out."""
+        with self._lock:
+            if self._worker_failure is None:
+                self._worker_failure = ExitCause(None, reason=NODE_LOST, at=time.time())
+
     def report_local_success(self) -> None:
         """Every local worker exited 0 (the agent now waits in torch's exit barrier for the others)."""
         if self._joined is not None and self._view is not None:
@@ -266,7 +277,8 @@ class EtcdV3RendezvousHandler(RendezvousHandler):
         while True:
             state = self.run.read()
             current = state.round
-            if not _is_current(state, number) or (current and set(current.members) <= set(state.causes)):
+            heard = state.heard_from() if self.settle_until_heard else frozenset(state.causes)
+            if not _is_current(state, number) or (current and set(current.members) <= heard):
                 return state
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -316,14 +328,16 @@ class EtcdV3RendezvousHandler(RendezvousHandler):
     def _incident(self, state: JobState, change: Change | None) -> Incident | None:
         """What ends the round: a change this agent saw, else the root cause of the reported failures."""
         if change is None:
-            causes = list(state.causes.values()) or [self._own_cause()]
-            return self.run.classify(state, WORKER_FAILURE, first_cause(causes))
+            root = first_cause(list(state.causes.values()) or [self._own_cause()])
+            # A report with no exit code and NodeLost (`report_lost_peer`) is a member loss seen early.
+            lost = root.exit_code is None and root.reason == NODE_LOST
+            return self.run.classify(state, MEMBER_LOST if lost else WORKER_FAILURE, root)
         if not change.ends_round_itself:
             return None
         if change.reason in VOLUNTARY:
             return Incident(change.reason)
         if change.reason == MEMBER_LOST:
-            return self.run.classify(state, MEMBER_LOST, ExitCause(None, reason="NodeLost", worker=change.member))
+            return self.run.classify(state, MEMBER_LOST, ExitCause(None, reason=NODE_LOST, worker=change.member))
         return self.run.classify(state, change.reason, ExitCause(None, reason=change.reason, worker=change.member))
 
     def _join(self) -> Joined:
@@ -377,7 +391,7 @@ class EtcdV3RendezvousHandler(RendezvousHandler):
             incident = Incident(STORE_UNAVAILABLE)
         else:
             lost = min(dead.members, key=dead.members.__getitem__)
-            incident = self.run.classify(state, MEMBER_LOST, ExitCause(None, reason="NodeLost", worker=lost))
+            incident = self.run.classify(state, MEMBER_LOST, ExitCause(None, reason=NODE_LOST, worker=lost))
         log.warning("round %d has no live member left: ending it (%s)", dead.number, incident.reason)
         self.run.end_round(state, dead, incident)
 

@@ -77,22 +77,28 @@ class WorkerContext:
 @dataclass(frozen=True)
 class Marker:
     """What a worker that follows rounds tells its agent, in a file per local rank: that it does (so a
-    membership change need not restart it), and the last round it joined (a replacement for it joins only
-    later rounds: the agent itself may already be in the next one)."""
+    membership change need not restart it), the last round it joined (a replacement for it joins only later
+    rounds: the agent itself may already be in the next one), and the round whose group broke under it while
+    that round still held (a peer vanished and nobody reported it: the agent ends the round for it)."""
 
     pid: int
     round: int | None = None
+    broken: int | None = None
 
     def write(self, directory: str, local_rank: int) -> None:
         path = Path(directory, str(local_rank))
         partial = path.with_suffix(".partial")
-        partial.write_text(f"{self.pid} {'' if self.round is None else self.round}".strip())
+        partial.write_text(" ".join("-" if v is None else str(v) for v in (self.pid, self.round, self.broken)))
         partial.replace(path)  # atomic: the agent never reads half a marker
 
     @classmethod
     def read(cls, directory: str | Path, local_rank: int) -> Marker | None:
         try:
-            fields = Path(directory, str(local_rank)).read_text().split()
-            return cls(int(fields[0]), int(fields[1]) if len(fields) > 1 else None)
-        except (OSError, ValueError, IndexError):
+            pid, round_text, broken = Path(directory, str(local_rank)).read_text().split()
+            return cls(int(pid), _optional_int(round_text), _optional_int(broken))
+        except (OSError, ValueError):
             return None
+
+
+def _optional_int(text: str) -> int | None:
+    return None if text == "-" else int(text)

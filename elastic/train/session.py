@@ -148,6 +148,8 @@ class Session:
         else:
             flat[-1] = float(self._round_is_over())
             _, failed = self._communicate(lambda: dist.all_reduce(flat))
+            if failed is not None and not self._round_is_over():
+                self._mark(self.assignment.round, broken=True)  # tell the agent: maybe nobody will report it
             if failed is not None or flat[-1].item() > 0:
                 self._recover(f"collective failed: {failed}" if failed else "the round ended")
                 return False
@@ -288,11 +290,13 @@ class Session:
             print(f"elastic.train: rank {self.rank} exits ({code}): {what}", file=sys.stderr, flush=True)
             os._exit(code)
 
-    def _mark(self, round_number: int | None) -> None:
-        """Tell the agent this worker follows rounds itself, and the last round it joined (see `Marker`)."""
+    def _mark(self, round_number: int | None, broken: bool = False) -> None:
+        """Tell the agent this worker follows rounds itself, the last round it joined, and whether that
+        round's group broke under it (see `Marker`)."""
         assert self.context is not None
         if self.context.marker_dir:
-            Marker(os.getpid(), round_number).write(self.context.marker_dir, self.context.local_rank)
+            marker = Marker(os.getpid(), round_number, round_number if broken else None)
+            marker.write(self.context.marker_dir, self.context.local_rank)
 
 
 def _drop_group() -> None:

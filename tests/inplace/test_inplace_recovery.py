@@ -12,6 +12,7 @@ import os
 import re
 import signal
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -32,9 +33,10 @@ RECOVERED = re.compile(r"^recovered round=(\d+) rank=(\d+) world_size=(\d+) .* b
 class InPlaceJob:
     def __init__(self, etcd: EtcdServer, root: Path, run_id: str, nnodes: str, script_args: list[str],
                  script: Path = ROOT / "examples" / "train_inplace.py", env: dict[str, str] | None = None,
-                 nproc_per_node: int = 1) -> None:
+                 nproc_per_node: int = 1, conf: dict[str, Any] | None = None) -> None:
         self.etcd, self.root, self.run_id, self.nnodes = etcd, root, run_id, nnodes
         self.nproc_per_node = nproc_per_node
+        self.conf = {"lease_seconds": 3, "last_call_seconds": 1, "max_restarts": 5, **(conf or {})}
         self.script, self.script_args, self.env = script, script_args, env or {}
         self.agents: list[AgentProcess] = []
         self.store = Store(etcd.client_url)
@@ -42,7 +44,7 @@ class InPlaceJob:
 
     def add_agent(self) -> AgentProcess:
         command = torchrun_command(self.etcd.client_url, self.run_id, self.nnodes, self.script_args,
-                                   conf={"lease_seconds": 3, "last_call_seconds": 1, "max_restarts": 5},
+                                   conf=self.conf,
                                    launcher=IN_PLACE, script=self.script, nproc_per_node=self.nproc_per_node)
         agent = AgentProcess(command, self.root / f"agent{len(self.agents)}.log", env=self.env).start()
         self.agents.append(agent)
@@ -148,15 +150,20 @@ def test_rank_0_killed_among_two_workers_per_node_gets_the_state_from_rank_1(in_
 
 
 def test_a_lost_node_is_survived_in_place_and_charged_once(in_place_job) -> None:
+    """The survivors' broken groups say a peer vanished; nobody reports it, so their agents end the round
+    (MemberLost, once) long before the lost member's 60 s lease would."""
     total = 200
-    job = in_place_job("2:3", ["--steps", str(total), "--step-seconds", "0.03"])
+    job = in_place_job("2:3", ["--steps", str(total), "--step-seconds", "0.03"], conf={"lease_seconds": 60})
     agents = [job.add_agent() for _ in range(3)]
     assert wait_until(lambda: any(s > 20 for s in job.steps()) and "world_size=3" in job.output(), 90), job.logs()
     before = {a.pid: worker_pid(a) for a in agents}
     rank0 = [a for a in agents if re_rank(a) == 0]
     victim = next(a for a in agents if a not in rank0)
     victim.kill()
+    killed_at = time.time()
     survivors = [a for a in agents if a is not victim]
+    assert wait_until(lambda: any(s.world_size == 2 and s.time > killed_at for a in survivors for s in a.steps()),
+                      30), "trained again at world size 2 well within the lease: " + job.logs()
     assert wait_until(lambda: all(a.returncode is not None for a in survivors), 120), job.logs()
     assert [a.returncode for a in survivors] == [0, 0], job.logs()
 

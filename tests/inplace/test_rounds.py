@@ -6,7 +6,7 @@ import pytest
 
 from elastic.rendezvous.state import Closed, JobState, Round
 from elastic.store import EtcdAuth, JobKeys
-from elastic.train.context import WorkerContext
+from elastic.train.context import Marker, WorkerContext
 from elastic.train.rounds import Assignment, assignment, round_over
 
 CONTEXT = WorkerContext("http://127.0.0.1:2379", JobKeys("default", "j"), member="b", local_rank=1,
@@ -48,3 +48,10 @@ def test_the_context_survives_the_environment_and_keeps_secrets_out_of_it() -> N
     back = WorkerContext.from_env({**env, "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1"})
     assert back == WorkerContext("http://h:2379", JobKeys("ns", "j"), "m-1", 0, 1, after_round=7, marker_dir="/tmp/x")
     assert WorkerContext.from_env({}) is None, "under any other launcher there is no in-place context"
+
+
+@pytest.mark.parametrize("marker", [Marker(41), Marker(41, 3), Marker(41, 3, broken=3)], ids=["new", "joined", "broke"])
+def test_a_marker_reads_back_as_written(tmp_path, marker: Marker) -> None:
+    marker.write(str(tmp_path), 1)
+    assert Marker.read(tmp_path, 1) == marker
+    assert Marker.read(tmp_path, 0) is None, "no file: no marker"

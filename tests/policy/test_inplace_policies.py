@@ -7,7 +7,17 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from elastic.policy.hang import HangSettings, Verdict, abandon_after, step_deadline, verdict
-from elastic.policy.inplace import ABANDONED_EXIT, Finish, Keep, Rejoin, Replace, RestartAll, next_step
+from elastic.policy.inplace import (
+    ABANDONED_EXIT,
+    LOST_PEER_GRACE_SECONDS,
+    Finish,
+    Keep,
+    Rejoin,
+    Replace,
+    ReportLostPeer,
+    RestartAll,
+    next_step,
+)
 from elastic.policy.state_source import Report, transfer_plan
 
 ALL = frozenset({0, 1})
@@ -27,6 +37,23 @@ NEXT_STEP = [
     pytest.param({0: None, 1: None}, frozenset({0}), True, Rejoin(restart_all=True), id="change, stock worker"),
     pytest.param({0: 0, 1: None}, frozenset({1}), True, Rejoin(restart_all=False), id="change, finished one"),
 ]
+
+
+LOST_PEER = [
+    pytest.param(None, Keep(), id="no group broke"),
+    pytest.param(LOST_PEER_GRACE_SECONDS / 2, Keep(), id="broke just now: the peer's own agent may report it"),
+    pytest.param(LOST_PEER_GRACE_SECONDS, ReportLostPeer(), id="nobody reported within the grace: report it"),
+]
+
+
+@pytest.mark.parametrize(("broken_for", "expected"), LOST_PEER)
+def test_a_broken_group_nobody_reports_is_reported_after_the_grace(broken_for: float | None, expected: object) -> None:
+    assert next_step({0: None, 1: None}, ALL, False, broken_for) == expected
+
+
+def test_a_change_or_an_exit_beats_a_lost_peer_report() -> None:
+    assert next_step({0: None, 1: None}, ALL, True, 5.0) == Rejoin(restart_all=False)
+    assert next_step({0: None, 1: 1}, ALL, False, 5.0) == Replace((1,), 1)
 
 
 @pytest.mark.parametrize(("exits", "capable", "change", "expected"), NEXT_STEP)
