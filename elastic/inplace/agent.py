@@ -64,7 +64,8 @@ class InPlaceAgent:
         while True:
             self._wait_for_exits(self.config.monitor_interval)
             waiting = self.handler.num_nodes_waiting() > 0
-            step = next_step(self.exits, self._capable(), waiting, self._broken_for())
+            markers = self._markers()
+            step = next_step(self.exits, frozenset(markers), waiting, self._broken_for(markers))
             if isinstance(step, Keep):
                 continue
             if isinstance(step, Finish):
@@ -153,25 +154,21 @@ class InPlaceAgent:
             env["OMP_NUM_THREADS"] = "1"
         return env
 
-    def _broken_for(self) -> float | None:
+    def _broken_for(self, markers: dict[int, Marker]) -> float | None:
         """Seconds since a local worker said the group of the current round broke under it (None: none did)."""
         current = self.handler.joined_round
-        broken = [m for rank in self.workers if (m := Marker.read(self.markers, rank)) and m.broken == current]
-        if not broken:
+        if not any(m.broken == current for m in markers.values()):
             self.broken_since = None
             return None
         if self.broken_since is None:
             self.broken_since = time.monotonic()
         return time.monotonic() - self.broken_since
 
-    def _capable(self) -> frozenset[int]:
-        """Local ranks whose current process announced it follows rounds (elastic.train.Session)."""
-        capable = set()
-        for rank, process in self.workers.items():
-            marker = Marker.read(self.markers, rank)
-            if marker is not None and marker.pid == process.pid:
-                capable.add(rank)
-        return frozenset(capable)
+    def _markers(self) -> dict[int, Marker]:
+        """Each local rank whose current process announced it follows rounds (elastic.train.Session), with
+        what its marker says; read once per turn of the loop."""
+        markers = {rank: Marker.read(self.markers, rank) for rank in self.workers}
+        return {rank: m for rank, m in markers.items() if m is not None and m.pid == self.workers[rank].pid}
 
     def _wait_for_exits(self, timeout: float) -> None:
         running = {p.sentinel: rank for rank, p in self.workers.items() if self.exits[rank] is None}

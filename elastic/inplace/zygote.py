@@ -65,11 +65,10 @@ def run_worker(command: WorkerCommand) -> None:
     os.environ.update(command.env)
     if command.cwd:
         os.chdir(command.cwd)
+    sys.argv = [command.entry, *command.args]
     if command.module:
-        sys.argv = [command.entry, *command.args]
         runpy.run_module(command.entry, run_name="__main__", alter_sys=True)
     else:
-        sys.argv = [command.entry, *command.args]
         sys.path.insert(0, os.path.dirname(os.path.abspath(command.entry)))
         runpy.run_path(command.entry, run_name="__main__")
     sys.stdout.flush()
