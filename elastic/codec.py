@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from elastic.errors import PermanentError
 from elastic.policy.budget import Budget, Charge
-from elastic.policy.exits import ExitCause
+from elastic.policy.incident import ERROR_CHARACTERS
 from elastic.spec import ElasticJob, SpecError, parse_job
 
 CORRUPT_STATE = "CorruptState"
@@ -94,11 +94,15 @@ class BudgetRecord(_Wire):
     charges: list[ChargeRecord] = []
 
 
+ErrorText = Annotated[str, Field(max_length=ERROR_CHARACTERS)]
+
+
 class ClosedRecord(_Wire):
     reason: str
     message: str
     at: Seconds = 0.0
     member: str | None = None
+    error: ErrorText | None = None
 
 
 class DepartureRecord(_Wire):
@@ -112,11 +116,15 @@ class DoneRecord(_Wire):
     at: Seconds = 0.0
 
 
-class CauseRecord(_Wire):
+class FailureRecord(_Wire):
+    """An agent's report of its workers' failure (`elastic.policy.incident.Failure`)."""
+
     exit_code: int | None
     reason: str | None = None
-    worker: str | None = None
+    member: str | None = None
     at: Seconds = 0.0
+    error: ErrorText | None = None
+    stopped: bool = False
 
 
 class AliveRecord(_Wire):
@@ -272,10 +280,6 @@ def decode_budget(key: str, value: bytes | str) -> Budget:
     record = decode_model(BudgetRecord, key, value)
     charges = tuple(Charge(**c.model_dump()) for c in record.charges)
     return Budget(record.max, record.used, charges)
-
-
-def decode_cause(key: str, value: bytes | str) -> ExitCause:
-    return ExitCause(**decode_model(CauseRecord, key, value).model_dump())
 
 
 def decode_progress(key: str, value: bytes | str) -> dict[str, Any]:

@@ -20,7 +20,8 @@ from elastic.codec import CorruptValueError, decode_worker, decode_worker_log, s
 from elastic.controller.status import FINAL_PHASES
 from elastic.controller.submit import list_jobs
 from elastic.policy.budget import Charge
-from elastic.rendezvous.run import BACKOFF_LIMIT_EXCEEDED, JobRun
+from elastic.policy.incident import JobEnd
+from elastic.rendezvous.run import JobRun
 from elastic.rendezvous.state import JobState
 from elastic.spec import ElasticJob
 from elastic.store import JobKeys, Store
@@ -122,7 +123,7 @@ def root_cause_member(state: JobState) -> str | None:
     if closed.member is not None:
         return closed.member
     charges = state.budget.charges if state.budget else ()
-    if closed.reason == BACKOFF_LIMIT_EXCEEDED and charges:
+    if closed.reason == JobEnd.BACKOFF_LIMIT_EXCEEDED and charges:
         return charges[-1].member
     return None
 

@@ -18,7 +18,6 @@ from elastic.codec import CorruptValueError, decode_progress, decode_status
 from elastic.controller.launch import agent_command, agent_env
 from elastic.controller.metrics_export import ControllerMetrics
 from elastic.controller.reconcile import (
-    WORKER_START_FAILED,
     CloseJob,
     ForgetWorker,
     HandleExit,
@@ -30,6 +29,8 @@ from elastic.controller.reconcile import (
 )
 from elastic.controller.status import FINAL_PHASES, corrupt_status, job_status, parse_timestamp
 from elastic.policy.exits import Action
+from elastic.policy.incident import JobEnd
+from elastic.rendezvous.protocol import permanent_failure
 from elastic.rendezvous.run import JobRun
 from elastic.rendezvous.state import Closed
 from elastic.spec import ElasticJob
@@ -197,12 +198,12 @@ class JobController:
                 )
             except WorkerStartError as err:
                 log.info("%s: %s", self.job.key, err)  # the job's status says it; no second line on stderr
-                self.run.close(self.run.read(), Closed(WORKER_START_FAILED, str(err), time.time()))
+                self.run.close(self.run.read(), Closed(JobEnd.WORKER_START_FAILED.value, str(err), time.time()))
                 return
 
     def _stop_worker(self, action: StopWorker, observed: Observed) -> None:
         if action.departure and action.member and action.round is not None:
-            self.run.announce_departure(observed.state, action.member, action.departure, action.round)
+            self.run.announce_departure(observed.state, action.member, action.departure.value, action.round)
         self.workers.stop(action.name)
 
     def _handle_exit(self, action: HandleExit, observed: Observed) -> None:
@@ -212,8 +213,8 @@ class JobController:
         if action.round is not None and current is not None and current.sealed and current.number == action.round:
             self.run.end_round(state, current, action.incident)
         elif action.incident.action is Action.FAIL_JOB:
-            self.run.close(state, self.run.permanent_failure(action.incident))
+            self.run.close(state, permanent_failure(action.incident, time.time()))
 
     def _close(self, action: CloseJob, observed: Observed) -> None:
-        self.run.close(observed.state, Closed(action.reason, action.message, time.time()))
+        self.run.close(observed.state, Closed(action.reason.value, action.message, time.time()))
 

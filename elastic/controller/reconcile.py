@@ -14,18 +14,10 @@ from typing import Any
 from elastic.cluster import WorkerObservation
 from elastic.policy.bounds import clamp_replicas
 from elastic.policy.deadline import deadline_exceeded
-from elastic.policy.exits import ExitCause, classify
-from elastic.policy.startup import STARTUP_TIMEOUT, startup_timed_out
-from elastic.rendezvous.run import Incident
+from elastic.policy.incident import Failure, Incident, JobEnd, RoundEnd, incident_of
+from elastic.policy.startup import startup_timed_out
 from elastic.rendezvous.state import JobState
 from elastic.spec import ElasticJob, SuccessPolicy
-
-DEADLINE_EXCEEDED = "DeadlineExceeded"
-SUCCEEDED = "Succeeded"
-WORKER_EXITED = "WorkerExited"
-SCALE_DOWN = "ScaleDown"
-WORKER_START_FAILED = "WorkerStartFailed"
-TOO_MANY_PROCESSES = "TooManyLocalProcesses"
 
 
 @dataclass(frozen=True)
@@ -54,7 +46,7 @@ class StartWorkers:
 @dataclass(frozen=True)
 class StopWorker:
     name: str
-    departure: str | None = None  # announced to the others first, so that leaving is not a loss
+    departure: RoundEnd | None = None  # announced to the others first, so that leaving is not a loss
     member: str | None = None
     round: int | None = None
 
@@ -75,7 +67,7 @@ class ForgetWorker:
 
 @dataclass(frozen=True)
 class CloseJob:
-    reason: str
+    reason: JobEnd
     message: str
 
 
@@ -97,13 +89,13 @@ def reconcile(observed: Observed) -> list[ControllerAction]:
     if state.closed is not None:
         return _wind_down(observed)
     if deadline_exceeded(observed.started_at, observed.now, spec.active_deadline_seconds):
-        return [CloseJob(DEADLINE_EXCEEDED, f"activeDeadlineSeconds ({spec.active_deadline_seconds} s) passed")]
+        return [CloseJob(JobEnd.DEADLINE_EXCEEDED, f"activeDeadlineSeconds ({spec.active_deadline_seconds} s) passed")]
     stuck = startup_timed_out(observed.workers, observed.now, spec.startup_timeout_seconds, spec.min_replicas)
     if stuck:
-        return [CloseJob(STARTUP_TIMEOUT, stuck)]
+        return [CloseJob(JobEnd.STARTUP_TIMEOUT, stuck)]
     chief = _chief_done(observed)
     if chief is not None:
-        return [CloseJob(SUCCEEDED, f"rank 0 ({chief}) finished with exit 0 (successPolicy Rank0)")]
+        return [CloseJob(JobEnd.SUCCEEDED, f"rank 0 ({chief}) finished with exit 0 (successPolicy Rank0)")]
 
     actions: list[ControllerAction] = []
     current = state.round
@@ -116,9 +108,9 @@ def reconcile(observed: Observed) -> list[ControllerAction]:
             continue
         member = member_of(worker.name, current.members if current else {})
         in_round = current.number if current is not None and current.sealed and member is not None else None
-        cause = ExitCause(worker.exit_code, worker.reason, worker.name, observed.now)
-        decision = classify(cause, spec.failure_policy.rules, spec.restart_policy)
-        actions.append(HandleExit(worker.name, Incident(WORKER_EXITED, cause, decision), in_round))
+        failure = Failure(worker.exit_code, worker.reason, worker.name, observed.now)
+        incident = incident_of(RoundEnd.WORKER_EXITED, failure, spec.failure_policy.rules, spec.restart_policy)
+        actions.append(HandleExit(worker.name, incident, in_round))
         actions.append(ForgetWorker(worker.name))
 
     desired = clamp_replicas(spec.replicas, spec.min_replicas, spec.max_replicas)
@@ -127,12 +119,12 @@ def reconcile(observed: Observed) -> list[ControllerAction]:
     if missing > 0 and not finished:
         too_many = capacity_problem(observed.job, len(running) + missing, observed.process_cap)
         if too_many:
-            return [*actions, CloseJob(TOO_MANY_PROCESSES, too_many)]
+            return [*actions, CloseJob(JobEnd.TOO_MANY_PROCESSES, too_many)]
         actions.append(StartWorkers(missing))
     elif len(running) > desired:
         for worker in _newest_first(running)[: len(running) - desired]:
             member = member_of(worker.name, state.members)
-            actions.append(StopWorker(worker.name, SCALE_DOWN, member, current.number if current else None))
+            actions.append(StopWorker(worker.name, RoundEnd.SCALE_DOWN, member, current.number if current else None))
     return actions
 
 
@@ -186,4 +178,4 @@ def _finished(worker: WorkerObservation, state: JobState) -> bool:
     if worker.exit_code is not None:
         return worker.exit_code == 0
     member = member_of(worker.name, state.departed)
-    return member is not None and state.departed[member].reason == "Finished"
+    return member is not None and state.departed[member].reason == RoundEnd.FINISHED

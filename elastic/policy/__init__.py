@@ -5,20 +5,24 @@ One concern per module, each with a table of cases in `tests/policy/`. May impor
 
 from elastic.policy.bounds import clamp_replicas, round_can_seal
 from elastic.policy.deadline import deadline_exceeded, deadline_remaining
-from elastic.policy.exits import PREEMPTION_REASONS, Action, Decision, ExitCause, classify, first_cause
+from elastic.policy.exits import PREEMPTION_REASONS, Action, Decision, classify
+from elastic.policy.incident import Failure, Incident, JobEnd, RoundEnd, first_failure
 from elastic.policy.success import SuccessOutcome, decide_success
 
 __all__ = [
     "PREEMPTION_REASONS",
     "Action",
     "Decision",
-    "ExitCause",
+    "Failure",
+    "Incident",
+    "JobEnd",
+    "RoundEnd",
     "SuccessOutcome",
     "clamp_replicas",
     "classify",
     "deadline_exceeded",
     "deadline_remaining",
     "decide_success",
-    "first_cause",
+    "first_failure",
     "round_can_seal",
 ]

@@ -19,15 +19,21 @@ from __future__ import annotations
 import signal
 import sys
 import threading
+import time
 from collections.abc import Sequence
+from typing import Any
 
-from torch.distributed.elastic.agent.server.api import RunResult, WorkerGroup, WorkerState
+from torch.distributed.elastic.agent.server.api import RunResult, WorkerGroup, WorkerSpec, WorkerState
 from torch.distributed.elastic.agent.server.local_elastic_agent import LocalElasticAgent
+from torch.distributed.elastic.multiprocessing import LogsSpecs
 from torch.distributed.elastic.multiprocessing.api import SignalException
+from torch.distributed.elastic.multiprocessing.errors import ProcessFailure
 from torch.distributed.elastic.rendezvous import RendezvousClosedError
 
 from elastic.cluster.local import exit_recorded
+from elastic.policy.incident import Failure, first_failure
 from elastic.rendezvous.handler import BACKEND, EtcdV3RendezvousHandler
+from elastic.rendezvous.worker_exits import DeathWatch, StderrRelay, capturing, error_text
 
 # torchrun's per-agent counter would otherwise end an agent long before the job budget is spent.
 DEFAULT_AGENT_RESTARTS = 1_000_000
@@ -39,7 +45,30 @@ QUIET_ENDS = (SignalException, RendezvousClosedError)
 
 
 class ReportingAgent(LocalElasticAgent):
-    """torch's local agent, telling the etcd-v3 handler the exit code of its first failed worker."""
+    """torch's local agent, telling the etcd-v3 handler how its first failed worker ended: exit code, the
+    moment it died, the tail of its own error (see `worker_exits`)."""
+
+    def __init__(self, spec: WorkerSpec, logs_specs: LogsSpecs, *args: Any, **kwargs: Any) -> None:
+        logs_specs, self._relay_stderr = capturing(logs_specs)
+        super().__init__(spec, logs_specs, *args, **kwargs)
+        self._deaths = DeathWatch()
+
+    def _start_workers(self, worker_group: WorkerGroup) -> dict[int, Any]:
+        pids = super()._start_workers(worker_group)
+        for local_rank, pid in pids.items():
+            self._deaths.watch(pid)
+            stderr = self._stderr_path(local_rank)
+            if self._relay_stderr and stderr:
+                StderrRelay(stderr, pid, self._deaths)
+        return pids
+
+    def _stderr_path(self, local_rank: int) -> str | None:
+        paths = getattr(self._pcontext, "stderrs", None) or {}
+        return paths.get(local_rank) or None
+
+    def _failure(self, failure: ProcessFailure) -> Failure:
+        died = self._deaths.died_at(failure.pid) or time.time()
+        return Failure(failure.exitcode, at=died, error=error_text(failure, self._stderr_path(failure.local_rank)))
 
     def _monitor_workers(self, worker_group: WorkerGroup) -> RunResult:
         result = super()._monitor_workers(worker_group)
@@ -47,8 +76,8 @@ class ReportingAgent(LocalElasticAgent):
         if not isinstance(handler, EtcdV3RendezvousHandler):
             return result
         if result.is_failed() and result.failures:
-            first = min(result.failures.values(), key=lambda f: f.timestamp)
-            handler.report_worker_failure(first.exitcode, float(first.timestamp))
+            first = first_failure(self._failure(f) for f in result.failures.values())
+            handler.report_worker_failure(first.exit_code, first.at, first.error, first.stopped)
         elif result.state == WorkerState.SUCCEEDED:
             WORKERS_SUCCEEDED.set()
             handler.report_local_success()

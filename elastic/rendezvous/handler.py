@@ -5,7 +5,7 @@ Decisions come from `protocol.py`; this class performs them against etcd and ans
   joins the next one and returns a fresh etcd-backed agent store for it;
 - `num_nodes_waiting()` turns positive on *any* membership change (a waiting joiner, a lost member, an
   ended round, a closed job), answered from a watched copy of the job's keys without an etcd request;
-- `shutdown()` only takes this member out; it never closes the job for the others (DESIGN §3.9).
+- `shutdown()` only takes this member out; it never closes the job for the others (docs/design.md §3.9).
 """
 
 from __future__ import annotations
@@ -32,16 +32,20 @@ from torch.distributed.elastic.rendezvous import (
 
 from elastic.codec import CorruptValueError
 from elastic.errors import StoreUnavailableError
-from elastic.policy.exits import Action, ExitCause, first_cause
+from elastic.policy.exits import Action
+from elastic.policy.incident import (
+    FREE_ENDS,
+    NODE_LOST,
+    Failure,
+    Incident,
+    JobEnd,
+    RoundEnd,
+    bounded_error,
+    silent_members,
+)
 from elastic.rendezvous.agent_store import EtcdAgentStore
 from elastic.rendezvous.config import RendezvousConfig
 from elastic.rendezvous.protocol import (
-    CORRUPT_STATE,
-    FINISHED,
-    MEMBER_LOST,
-    SCALE_UP,
-    STORE_UNAVAILABLE,
-    WORKER_FAILURE,
     Change,
     EndDeadRound,
     Joined,
@@ -52,22 +56,18 @@ from elastic.rendezvous.protocol import (
     Wait,
     join_step,
     membership_change,
+    permanent_failure,
 )
-from elastic.rendezvous.run import Incident, JobRun, RunClosedError
+from elastic.rendezvous.run import JobRun, RunClosedError
 from elastic.rendezvous.state import Closed, JobState, Member, Round
 from elastic.rendezvous.view import JobView
+from elastic.rendezvous.worker_exits import torch_error
 from elastic.store import LeaseKeeper, Store
 
 log = logging.getLogger(__name__)
 
 BACKEND = "etcd-v3"
 AT_EXIT_RETRY_SECONDS = 2.0
-SCALE_DOWN = "ScaleDown"
-PREEMPTED = "Preempted"
-NODE_LOST = "NodeLost"
-# Round ends that are free whatever the rules say: the controller or the user chose them, or neither the
-# job nor its nodes did anything wrong (etcd was away, someone wrote a bad key).
-VOLUNTARY = {SCALE_DOWN, SCALE_UP, STORE_UNAVAILABLE, CORRUPT_STATE}
 
 
 class RendezvousStateError(RendezvousError):
@@ -91,7 +91,7 @@ class EtcdV3RendezvousHandler(RendezvousHandler):
         self._joined: Round | None = None
         self._joined_at = 0.0
         self._pending: Change | None = None
-        self._worker_failure: ExitCause | None = None
+        self._worker_failure: Failure | None = None
         self._lock = threading.Lock()
         self._shut_down = False
         # The in-place agent sets this: its survivors never exit collaterally, so once every member of the
@@ -128,7 +128,7 @@ class EtcdV3RendezvousHandler(RendezvousHandler):
                 raise RendezvousStateError(str(err)) from None
             except StoreUnavailableError as err:
                 # etcd is away: not this job's failure. Keep trying until the join timeout, as a joiner
-                # waiting for peers would (DESIGN §3.11); workers stay stopped meanwhile (fenced).
+                # waiting for peers would (docs/design.md §3.11); workers stay stopped meanwhile (fenced).
                 if time.monotonic() > deadline:
                     raise RendezvousConnectionError(str(err)) from None
                 log.warning("etcd unavailable, retrying the rendezvous: %s", err)
@@ -148,7 +148,7 @@ class EtcdV3RendezvousHandler(RendezvousHandler):
             if self._joined is None or self._view is None:
                 return 0
             if self._member_lease is not None and self._member_lease.lost.is_set():
-                reason = STORE_UNAVAILABLE if self._member_lease.unreachable else MEMBER_LOST
+                reason = RoundEnd.STORE_UNAVAILABLE if self._member_lease.unreachable else RoundEnd.MEMBER_LOST
                 self._pending = self._pending or Change(reason, member=self.member_id)
                 return 1
             state = self._view.state()
@@ -157,8 +157,8 @@ class EtcdV3RendezvousHandler(RendezvousHandler):
             change = membership_change(state, self._joined.number, self.config.max_nodes)
             if change is None:
                 return 0
-            if change.reason == MEMBER_LOST and self._store_was_away():
-                change = Change(STORE_UNAVAILABLE, member=change.member)
+            if change.reason is RoundEnd.MEMBER_LOST and self._store_was_away():
+                change = Change(RoundEnd.STORE_UNAVAILABLE, member=change.member)
             self._pending = self._pending or change
             return change.waiting
 
@@ -173,7 +173,7 @@ class EtcdV3RendezvousHandler(RendezvousHandler):
         return state.closed is not None
 
     def set_closed(self) -> None:
-        self.run.close(self.run.read(), Closed("Closed", f"closed by agent {self.member_id}", time.time()))
+        self.run.close(self.run.read(), Closed(JobEnd.CLOSED.value, f"closed by agent {self.member_id}", time.time()))
 
     def shutdown(self) -> bool:
         """Leave the job: as *finished* when every local worker exited 0, else as a loss or a stop.
@@ -184,28 +184,36 @@ class EtcdV3RendezvousHandler(RendezvousHandler):
         """
         ending = sys.exc_info()[1]
         if isinstance(ending, RendezvousStateError):
-            self._leave(CORRUPT_STATE)
+            self._leave(RoundEnd.CORRUPT_STATE)
         elif isinstance(ending, ChildFailedError):
             self.report_worker_failure(*_first_failure(ending))
             self._leave(None)
         else:
-            self._leave(FINISHED if ending is None else None)
+            self._leave(RoundEnd.FINISHED if ending is None else None)
         return True
 
-    # --- reported by `elastic agent` (torch's agent with exit codes) ---
+    # --- reported by the agents (`elastic agent`: torch's agent with exit codes; the in-place agent) ---
 
-    def report_worker_failure(self, exit_code: int | None, at: float | None = None) -> None:
-        """The exit code of this agent's first failed worker; classified when the round ends."""
+    def report_worker_failure(
+        self, exit_code: int | None, at: float | None = None, error: str | None = None, stopped: bool = False
+    ) -> None:
+        """This agent's first failed worker: its exit code, when it died, the tail of its own error.
+
+        Kept as the failure this member reports when the round ends (the first one: later ones are its
+        consequences); which member's failure is the incident's cause is decided among all the reports.
+        """
         with self._lock:
             if self._worker_failure is None:
-                self._worker_failure = ExitCause(exit_code, worker=self.member_id, at=at or time.time())
+                self._worker_failure = Failure(exit_code, member=self.member_id, at=at or time.time(),
+                                               error=bounded_error(error), stopped=stopped)
 
     def report_lost_peer(self) -> None:
         """A peer vanished from this agent's workers' group and nobody reported it (the in-place agent): the
-        round ends as a lost node, charged once, without waiting for the lost member's lease to run out."""
+        round ends as a lost node, charged once, without waiting for the lost member's lease to run out; the
+        member blamed is the one that stays silent while the round ends (`first_failure`)."""
         with self._lock:
             if self._worker_failure is None:
-                self._worker_failure = ExitCause(None, reason=NODE_LOST, at=time.time())
+                self._worker_failure = Failure(None, reason=NODE_LOST, at=time.time())
 
     def report_local_success(self) -> None:
         """Every local worker exited 0 (the agent now waits in torch's exit barrier for the others)."""
@@ -241,8 +249,8 @@ class EtcdV3RendezvousHandler(RendezvousHandler):
         change = self._pending or membership_change(state, number, self.config.max_nodes)
         if change is None and _is_current(state, number):
             # Our own workers failed: report, and give the other observers of the same incident a moment
-            # to report theirs, so that the round ends on the root cause.
-            self.run.report_cause(state, number, self.member_id, self._own_cause())
+            # to report theirs, so that the round ends on the first cause.
+            self.run.report_failure(state, number, self.member_id, self._own_failure())
             state = self._settle(number)
         for _ in range(5):
             if not _is_current(state, number):
@@ -267,8 +275,8 @@ class EtcdV3RendezvousHandler(RendezvousHandler):
             raise error
         return state
 
-    def _own_cause(self) -> ExitCause:
-        return self._worker_failure or ExitCause(None, worker=self.member_id, at=time.time())
+    def _own_failure(self) -> Failure:
+        return self._worker_failure or Failure(None, member=self.member_id, at=time.time())
 
     def _settle(self, number: int) -> JobState:
         """Wait until every member of the round reported, the round ended, or `settle_seconds` passed."""
@@ -277,7 +285,7 @@ class EtcdV3RendezvousHandler(RendezvousHandler):
         while True:
             state = self.run.read()
             current = state.round
-            heard = state.heard_from() if self.settle_until_heard else frozenset(state.causes)
+            heard = state.heard_from() if self.settle_until_heard else frozenset(state.failures)
             if not _is_current(state, number) or (current and set(current.members) <= heard):
                 return state
             remaining = deadline - time.monotonic()
@@ -309,7 +317,7 @@ class EtcdV3RendezvousHandler(RendezvousHandler):
             if joined is None or joined == answered:
                 continue  # not training (joining, or answered already): nothing to parse
             state = view.state()
-            if not _is_current(state, joined) or not state.causes:
+            if not _is_current(state, joined) or not state.failures:
                 continue
             if self.member_id not in state.heard_from() and lease is not None:
                 try:
@@ -321,24 +329,26 @@ class EtcdV3RendezvousHandler(RendezvousHandler):
     def _fail_if_permanent(self, state: JobState) -> None:
         if self._worker_failure is None:
             return
-        incident = self.run.classify(state, WORKER_FAILURE, self._worker_failure)
+        incident = self.run.incident(state, RoundEnd.WORKER_FAILURE, self._worker_failure)
         if incident.action is Action.FAIL_JOB:
-            self.run.close(state, self.run.permanent_failure(incident))
+            self.run.close(state, permanent_failure(incident, time.time()))
 
     def _incident(self, state: JobState, change: Change | None) -> Incident | None:
-        """What ends the round: a change this agent saw, else the root cause of the reported failures."""
+        """What ends the round: a change this agent saw, else the first cause of the reported failures."""
         if change is None:
-            root = first_cause(list(state.causes.values()) or [self._own_cause()])
-            # A report with no exit code and NodeLost (`report_lost_peer`) is a member loss seen early.
-            lost = root.exit_code is None and root.reason == NODE_LOST
-            return self.run.classify(state, MEMBER_LOST if lost else WORKER_FAILURE, root)
+            current = state.round
+            assert current is not None
+            reports = dict(state.failures) or {self.member_id: self._own_failure()}
+            ranked = sorted(current.members, key=current.members.__getitem__)
+            silent = silent_members(ranked, state.heard_from() | reports.keys(), state.departed)
+            return self.run.incident_from_reports(state, reports, silent)
         if not change.ends_round_itself:
             return None
-        if change.reason in VOLUNTARY:
+        if change.reason in FREE_ENDS:
             return Incident(change.reason)
-        if change.reason == MEMBER_LOST:
-            return self.run.classify(state, MEMBER_LOST, ExitCause(None, reason=NODE_LOST, worker=change.member))
-        return self.run.classify(state, change.reason, ExitCause(None, reason=change.reason, worker=change.member))
+        if change.reason is RoundEnd.MEMBER_LOST:
+            return self.run.incident(state, change.reason, Failure(None, reason=NODE_LOST, member=change.member))
+        return self.run.incident(state, change.reason, Failure(None, reason=change.reason.value, member=change.member))
 
     def _join(self) -> Joined:
         assert self._view is not None and self._member_lease is not None
@@ -388,11 +398,11 @@ class EtcdV3RendezvousHandler(RendezvousHandler):
     def _end_dead_round(self, state: JobState, dead: Round) -> None:
         """End a round whose members all vanished: free after a store outage we saw, else one charge."""
         if self._store_was_away():
-            incident = Incident(STORE_UNAVAILABLE)
+            incident = Incident(RoundEnd.STORE_UNAVAILABLE)
         else:
             lost = min(dead.members, key=dead.members.__getitem__)
-            incident = self.run.classify(state, MEMBER_LOST, ExitCause(None, reason=NODE_LOST, worker=lost))
-        log.warning("round %d has no live member left: ending it (%s)", dead.number, incident.reason)
+            incident = self.run.incident(state, RoundEnd.MEMBER_LOST, Failure(None, reason=NODE_LOST, member=lost))
+        log.warning("round %d has no live member left: ending it (%s)", dead.number, incident.reason.value)
         self.run.end_round(state, dead, incident)
 
     def _member(self, target: int) -> Member:
@@ -408,7 +418,7 @@ class EtcdV3RendezvousHandler(RendezvousHandler):
 
     # --- leaving ---
 
-    def _leave(self, departure: str | None) -> None:
+    def _leave(self, departure: RoundEnd | None) -> None:
         """Take this member out. With a departure reason, others learn it was no loss."""
         with self._lock:
             if self._shut_down:
@@ -418,7 +428,7 @@ class EtcdV3RendezvousHandler(RendezvousHandler):
             if self._joined is not None and self._worker_failure is not None:
                 self._end_trained_round()
             if departure is not None and self._joined is not None and self._view is not None:
-                self.run.depart(self.run.read(), self.member_id, departure, self._joined.number)
+                self.run.depart(self.run.read(), self.member_id, departure.value, self._joined.number)
             if self._member_lease is not None:
                 self._member_lease.revoke()
         except StoreUnavailableError as err:
@@ -437,7 +447,7 @@ class EtcdV3RendezvousHandler(RendezvousHandler):
         """
         if not self._shut_down and self._view is not None:
             self.store.retry_seconds = min(self.store.retry_seconds, AT_EXIT_RETRY_SECONDS)
-            self._leave(PREEMPTED)
+            self._leave(RoundEnd.PREEMPTED)
 
 
 def _is_current(state: JobState, number: int) -> bool:
@@ -452,6 +462,7 @@ def _gathered(state: JobState) -> frozenset[str]:
     return frozenset(m.id for m in state.members.values() if m.target == current.number)
 
 
-def _first_failure(error: ChildFailedError) -> tuple[int | None, float | None]:
+def _first_failure(error: ChildFailedError) -> tuple[int | None, float | None, str | None]:
+    """What torch's error says of its first failed worker: exit code, time, its `@record` traceback if any."""
     failure = min(error.failures.values(), key=lambda f: f.timestamp)
-    return failure.exitcode, float(failure.timestamp)
+    return failure.exitcode, float(failure.timestamp), torch_error(failure)

@@ -13,17 +13,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from elastic.policy.bounds import round_can_seal
-from elastic.rendezvous.state import JobState, Member, Round
-
-# Why a round ended. Stable identifiers: they appear in etcd, in budget charges and in logs.
-WORKER_FAILURE = "WorkerFailure"
-MEMBER_LOST = "MemberLost"
-SCALE_UP = "ScaleUp"
-ROUND_ENDED = "RoundEnded"  # someone else ended the round: nothing to decide, just re-join
-CLOSED = "Closed"
-FINISHED = "Finished"
-STORE_UNAVAILABLE = "StoreUnavailable"  # etcd was away: every lease lapsed together, or ours could not reach it
-CORRUPT_STATE = "CorruptState"  # a member left because a key of the job does not decode
+from elastic.policy.budget import Charge, charge, exhausted_message
+from elastic.policy.exits import Action
+from elastic.policy.incident import Incident, JobEnd, RoundEnd
+from elastic.rendezvous.state import Closed, JobState, Member, Round
+from elastic.store import Delete, JobKeys, ModRevisionIs, Put
 
 
 @dataclass(frozen=True)
@@ -100,7 +94,7 @@ def join_step(state: JobState, me: str, settings: Settings, quiet_for: float, af
         if me in current.members and current.number != after_round:
             return Joined(current, current.members[me])
         if current.members and not any(m in state.members or m in state.departed for m in current.members):
-            return EndDeadRound(current)  # DESIGN §3.12: else we would wait for join_timeout on nobody
+            return EndDeadRound(current)  # docs/design.md §3.12: else we would wait for join_timeout on nobody
         # A late joiner (or left behind): wait for the next round; the members of this one see us waiting.
         wanted = current.number + 1
         return Wait(None) if mine is not None and mine.target == wanted else Target(wanted)
@@ -144,39 +138,39 @@ def rank_order(member: Member, current: Round) -> tuple[int, float, str]:
 class Change:
     """Why the current round must end, seen by a member of it."""
 
-    reason: str  # CLOSED, ROUND_ENDED, MEMBER_LOST, SCALE_UP, or a departure's reason (Preempted, ScaleDown)
+    reason: RoundEnd  # CLOSED, ROUND_ENDED, MEMBER_LOST, SCALE_UP, or a departure's reason (Preempted, ScaleDown)
     waiting: int = 1  # what num_nodes_waiting() reports
     member: str | None = None  # the member lost or departed
 
     @property
     def ends_round_itself(self) -> bool:
         """False when the round already ended (or the job closed): the agent only re-joins."""
-        return self.reason not in (CLOSED, ROUND_ENDED)
+        return self.reason not in (RoundEnd.CLOSED, RoundEnd.ROUND_ENDED)
 
 
 def membership_change(state: JobState, joined_round: int, max_nodes: int) -> Change | None:
     """Whether the round this agent trains in must end; None while it stays valid."""
     if state.closed is not None:
-        return Change(CLOSED)
+        return Change(RoundEnd.CLOSED)
     current = state.round
     if current is None or current.number != joined_round or not current.sealed:
-        return Change(ROUND_ENDED)
+        return Change(RoundEnd.ROUND_ENDED)
     lost = [m for m in current.members if m not in state.members and m not in state.departed]
     if lost and len(lost) == len(current.members):
-        # Every lease lapsed together: nobody's node failed, etcd was away (DESIGN §3.11). Free.
-        return Change(STORE_UNAVAILABLE)
+        # Every lease lapsed together: nobody's node failed, etcd was away (docs/design.md §3.11). Free.
+        return Change(RoundEnd.STORE_UNAVAILABLE)
     for member_id in sorted(current.members, key=current.members.__getitem__):
         if member_id in state.members:
             continue
         departure = state.departed.get(member_id)
         if departure is None:
-            return Change(MEMBER_LOST, member=member_id)
-        if departure.reason != FINISHED:
-            return Change(departure.reason, member=member_id)
+            return Change(RoundEnd.MEMBER_LOST, member=member_id)
+        if departure.reason != RoundEnd.FINISHED:
+            return Change(_round_end(departure.reason), member=member_id)
     if current.world_size < max_nodes:
         waiting = sum(1 for m in state.members.values() if m.target > current.number)
         if waiting:
-            return Change(SCALE_UP, waiting=waiting)
+            return Change(RoundEnd.SCALE_UP, waiting=waiting)
     return None
 
 
@@ -188,7 +182,87 @@ def all_finished(state: JobState) -> bool:
         and current.sealed
         and bool(current.members)
         and all(
-            m in state.departed and state.departed[m].reason == FINISHED and m not in state.members
+            m in state.departed and state.departed[m].reason == RoundEnd.FINISHED and m not in state.members
             for m in current.members
         )
     )
+
+
+def _round_end(departure: str) -> RoundEnd:
+    """A departure's recorded reason as a round end; one this version does not know is a stop on purpose."""
+    try:
+        return RoundEnd(departure)
+    except ValueError:
+        return RoundEnd.PREEMPTED
+
+
+# --- ending a round -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RoundEndPlan:
+    """The one transaction that ends a round (docs/design.md §3.2): if `compares` hold, `ops` open the next
+    round, clear the old round's keys, charge the budget and close the job as the incident requires.
+
+    `close_anyway`: a permanent failure closes the job even when someone else ended the round first (their
+    transaction may have been about a collateral report, or a change seen earlier).
+    """
+
+    compares: tuple[ModRevisionIs, ...]
+    ops: tuple[Put | Delete, ...]
+    close_anyway: Closed | None = None
+
+
+def plan_round_end(keys: JobKeys, state: JobState, current: Round, incident: Incident, now: float) -> RoundEndPlan:
+    """End `current` by opening the next round; charge or close per the incident, in one transaction.
+
+    The transaction compares the round's mod revision, which makes one incident cost one charge however many
+    observers race to report it; the budget's revision too when it is charged.
+    """
+    lease = state.job_lease
+    expected = tuple(sorted(m for m in state.heard_from() if m in current.members and m in state.members))
+    if not expected and incident.reason is RoundEnd.MEMBER_LOST:
+        # Nobody reported: the survivors' workers did not fail (in-place workers catch the error), yet
+        # every member still holding a key is alive and will re-join; the lost one holds none.
+        expected = tuple(sorted(m for m in current.members if m in state.members))
+    following = Round(
+        current.number + 1, previous=current.members, opened_by=incident.reason.value, opened_at=now, expected=expected
+    )
+    ops: list[Put | Delete] = [
+        Put.json(keys.round, following.to_json(), lease),
+        Delete(keys.store(current.number), prefix=True),
+        Delete(keys.incidents(current.number), prefix=True),
+        Delete(keys.alive(current.number), prefix=True),
+    ]
+    compares = [ModRevisionIs(keys.round, current.mod_revision)]
+    close_anyway = None
+    if incident.action is Action.RESTART_JOB and state.budget is not None:
+        failure = incident.failure
+        spent = charge(
+            state.budget,
+            Charge(
+                round=current.number,
+                reason=incident.reason.value,
+                cause=incident.describe(),
+                exit_code=failure.code if failure else None,
+                member=failure.member if failure else None,
+                at=now,
+            ),
+        )
+        compares.append(ModRevisionIs(keys.budget, state.budget_revision))
+        ops.append(Put.json(keys.budget, spent.to_json(), lease))
+        if spent.exceeded:
+            closed = Closed(JobEnd.BACKOFF_LIMIT_EXCEEDED.value, exhausted_message(spent), now,
+                            failure.member if failure else None, failure.error if failure else None)
+            ops.append(Put.json(keys.closed, closed.to_json(), lease))
+    elif incident.action is Action.FAIL_JOB:
+        close_anyway = permanent_failure(incident, now)
+        ops.append(Put.json(keys.closed, close_anyway.to_json(), lease))
+    return RoundEndPlan(tuple(compares), tuple(ops), close_anyway)
+
+
+def permanent_failure(incident: Incident, now: float) -> Closed:
+    """How a FailJob rule closes the job: naming the rule, the failed member and its error."""
+    failure = incident.failure
+    return Closed(JobEnd.FAIL_JOB_RULE.value, f"permanent failure: {incident.why or incident.reason.value}", now,
+                  failure.member if failure else None, failure.error if failure else None)

@@ -11,22 +11,18 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict
 
 from elastic.errors import PermanentError
-from elastic.policy.budget import Budget, Charge, charge, exhausted_message
-from elastic.policy.exits import Action, Decision, ExitCause, classify
-from elastic.rendezvous.protocol import FINISHED, MEMBER_LOST, all_finished
+from elastic.policy.budget import Budget
+from elastic.policy.incident import Failure, Incident, JobEnd, RoundEnd, incident_from_reports, incident_of
+from elastic.rendezvous.protocol import all_finished, plan_round_end
 from elastic.rendezvous.state import Closed, Departure, JobState, Member, Round
 from elastic.spec import RestartPolicy, Rule
 from elastic.store import Delete, JobKeys, ModRevisionIs, Put, Store, UnchangedSince, dumps
 
 log = logging.getLogger(__name__)
-
-BACKOFF_LIMIT_EXCEEDED = "BackoffLimitExceeded"
-FAIL_JOB_RULE = "FailJobRule"
-SUCCEEDED = "Succeeded"
 
 
 class RunClosedError(PermanentError):
@@ -39,19 +35,6 @@ class RunClosedError(PermanentError):
 
 class RunIdMismatchError(PermanentError):
     pass
-
-
-@dataclass(frozen=True)
-class Incident:
-    """What ended a round and what it costs: the reason (stable), the first cause, the decision."""
-
-    reason: str
-    cause: ExitCause | None = None
-    decision: Decision | None = None
-
-    @property
-    def action(self) -> Action:
-        return self.decision.action if self.decision else Action.IGNORE
 
 
 class JobRun:
@@ -77,9 +60,13 @@ class JobRun:
             return (), RestartPolicy.ON_FAILURE
         return state.spec.spec.failure_policy.rules, state.spec.spec.restart_policy
 
-    def classify(self, state: JobState, reason: str, cause: ExitCause) -> Incident:
-        rules, restart_policy = self.failure_policy(state)
-        return Incident(reason, cause, classify(cause, rules, restart_policy))
+    def incident(self, state: JobState, reason: RoundEnd, failure: Failure | None = None) -> Incident:
+        """A round end classified by this job's rules."""
+        return incident_of(reason, failure, *self.failure_policy(state))
+
+    def incident_from_reports(self, state: JobState, reports: Mapping[str, Failure], silent: Sequence[str]) -> Incident:
+        """The incident of the failures reported in a round (and of its silent members), by this job's rules."""
+        return incident_from_reports(reports, silent, *self.failure_policy(state))
 
     # --- the run ---
 
@@ -174,61 +161,18 @@ class JobRun:
     # --- ending rounds ---
 
     def end_round(self, state: JobState, current: Round, incident: Incident) -> bool:
-        """End `current` by opening the next round; charge or close per the incident, in one transaction.
+        """Perform `plan_round_end`: one transaction ends `current`, charging or closing per the incident.
 
         Returns False when `current` was no longer the current round (someone else ended it first): then
         nothing is charged, which is what makes one incident cost one charge.
         """
-        lease = state.job_lease
-        now = time.time()
-        expected = tuple(sorted(m for m in state.heard_from() if m in current.members and m in state.members))
-        if not expected and incident.reason == MEMBER_LOST:
-            # Nobody reported: the survivors' workers did not fail (in-place workers catch the error), yet
-            # every member still holding a key is alive and will re-join; the lost one holds none.
-            expected = tuple(sorted(m for m in current.members if m in state.members))
-        following = Round(
-            current.number + 1, previous=current.members, opened_by=incident.reason, opened_at=now, expected=expected
-        )
-        ops: list[Put | Delete] = [
-            Put.json(self.keys.round, following.to_json(), lease),
-            Delete(self.keys.store(current.number), prefix=True),
-            Delete(self.keys.incidents(current.number), prefix=True),
-            Delete(self.keys.alive(current.number), prefix=True),
-        ]
-        compare = [ModRevisionIs(self.keys.round, current.mod_revision)]
-        action = incident.action
-        if action is Action.RESTART_JOB and state.budget is not None:
-            cause = incident.cause
-            spent = charge(
-                state.budget,
-                Charge(
-                    round=current.number,
-                    reason=incident.reason,
-                    cause=cause.describe() if cause else incident.reason,
-                    exit_code=cause.code if cause else None,
-                    member=cause.worker if cause else None,
-                    at=now,
-                ),
-            )
-            compare.append(ModRevisionIs(self.keys.budget, state.budget_revision))
-            ops.append(Put.json(self.keys.budget, spent.to_json(), lease))
-            if spent.exceeded:
-                ops.append(Put.json(self.keys.closed, Closed(BACKOFF_LIMIT_EXCEEDED, exhausted_message(spent), now)
-                                    .to_json(), lease))
-        elif action is Action.FAIL_JOB:
-            ops.append(Put.json(self.keys.closed, self.permanent_failure(incident).to_json(), lease))
-        ended = self.store.txn(compare, ops).succeeded
+        plan = plan_round_end(self.keys, state, current, incident, time.time())
+        ended = self.store.txn(list(plan.compares), list(plan.ops)).succeeded
         if ended:
-            log.info("round %d ended: %s (%s)", current.number, incident.reason, action.value)
-        elif action is Action.FAIL_JOB:
-            # A permanent failure closes the job even if another observer ended the round first.
-            self.close(state, self.permanent_failure(incident))
+            log.info("round %d ended: %s (%s)", current.number, incident.reason.value, incident.action.value)
+        elif plan.close_anyway is not None:
+            self.close(state, plan.close_anyway)
         return ended
-
-    def permanent_failure(self, incident: Incident) -> Closed:
-        text = incident.decision.reason_text if incident.decision else incident.reason
-        member = incident.cause.worker if incident.cause else None
-        return Closed(FAIL_JOB_RULE, f"permanent failure: {text}", time.time(), member)
 
     def announce_departure(self, state: JobState, member_id: str, reason: str, round_number: int) -> None:
         """Say why a member is about to leave (the controller scaling down), before it is stopped."""
@@ -239,9 +183,9 @@ class JobRun:
         """This member's local workers all exited 0 in this round (what a Rank0 success policy waits for)."""
         self.store.put_json(self.keys.done(member_id), {"round": round_number, "at": time.time()}, state.job_lease)
 
-    def report_cause(self, state: JobState, round_number: int, member_id: str, cause: ExitCause) -> None:
-        """Record one observer's failure for the round, so the round ends on the incident's root cause."""
-        self.store.put_json(self.keys.incident(round_number, member_id), asdict(cause), state.job_lease)
+    def report_failure(self, state: JobState, round_number: int, member_id: str, failure: Failure) -> None:
+        """Record one observer's failure for the round, so the round ends on the incident's first cause."""
+        self.store.put_json(self.keys.incident(round_number, member_id), asdict(failure), state.job_lease)
 
     def answer_incident(self, round_number: int, member_id: str, member_lease: int) -> None:
         """Say that this member is alive while a peer's failure ends the round (see `Round.expected`).
@@ -270,10 +214,11 @@ class JobRun:
             [departure, Delete(self.keys.member(member_id))],
             [Delete(self.keys.member(member_id))],
         )
-        if reason == FINISHED:
+        if reason == RoundEnd.FINISHED:
             after = self.read()
             if all_finished(after):
-                self.close(after, Closed(SUCCEEDED, "every member of the last round finished with exit 0", time.time()))
+                self.close(after, Closed(JobEnd.SUCCEEDED.value, "every member of the last round finished with exit 0",
+                                         time.time()))
 
 
 def _origin() -> str:

@@ -17,16 +17,16 @@ from elastic.codec import (
     CorruptValueError,
     DepartureRecord,
     DoneRecord,
+    FailureRecord,
     MemberRecord,
     RoundRecord,
     RunRecord,
     decode_budget,
-    decode_cause,
     decode_model,
     decode_spec,
 )
 from elastic.policy.budget import Budget
-from elastic.policy.exits import ExitCause
+from elastic.policy.incident import Failure, JobEnd
 from elastic.spec import ElasticJob
 from elastic.store import Entry, JobKeys
 
@@ -132,14 +132,16 @@ class Closed:
     message: str
     at: float = 0.0
     member: str | None = None  # the member (or worker) whose failure closed it, when one did (FailJobRule)
+    error: str | None = None  # the tail of that member's worker's own error, as its agent captured it
 
     @property
     def succeeded(self) -> bool:
-        return self.reason == "Succeeded"
+        return self.reason == JobEnd.SUCCEEDED
 
     def to_json(self) -> dict[str, Any]:
         record = {"reason": self.reason, "message": self.message, "at": self.at}
-        return record if self.member is None else {**record, "member": self.member}
+        optional = {"member": self.member, "error": self.error}
+        return {**record, **{k: v for k, v in optional.items() if v is not None}}
 
 
 @dataclass(frozen=True)
@@ -168,7 +170,7 @@ class JobState:
     closed: Closed | None = None
     departed: dict[str, Departure] = field(default_factory=dict)
     spec: ElasticJob | None = None
-    causes: dict[str, ExitCause] = field(default_factory=dict)  # failures reported in the current round
+    failures: dict[str, Failure] = field(default_factory=dict)  # member -> its failure reported in the current round
     done: dict[str, int] = field(default_factory=dict)  # member -> round in which its workers all exited 0
     alive: frozenset[str] = frozenset()  # members that answered a failure report of the current round
     revision: int = 0
@@ -176,7 +178,7 @@ class JobState:
 
     def heard_from(self) -> frozenset[str]:
         """Members of the current round known alive during its incident: they reported or answered."""
-        return frozenset(self.causes) | self.alive
+        return frozenset(self.failures) | self.alive
 
     def corruption(self) -> CorruptValueError | None:
         """The first bad key, as the error an agent fails its rendezvous with (None: all keys decode)."""
@@ -202,7 +204,7 @@ class _Parser:
     def __init__(self, keys: JobKeys) -> None:
         self.keys = keys
         self.fields: dict[str, Any] = {"members": {}, "departed": {}, "done": {}}
-        self.reports: dict[str, tuple[str, ExitCause]] = {}
+        self.reports: dict[str, tuple[str, Failure]] = {}
         self.answers: list[tuple[str, str]] = []
         self.corrupt: dict[str, str] = {}
 
@@ -229,7 +231,7 @@ class _Parser:
             self.fields["done"][key[len(keys.done_prefix) :]] = decode_model(DoneRecord, key, value).round
         elif key.startswith(keys.incidents_prefix):
             round_text, _, member_id = key[len(keys.incidents_prefix) :].partition("/")
-            self.reports[member_id] = (round_text, decode_cause(key, value))
+            self.reports[member_id] = (round_text, Failure(**decode_model(FailureRecord, key, value).model_dump()))
         elif key.startswith(keys.alive_prefix):
             decode_model(AliveRecord, key, value)
             round_text, _, member_id = key[len(keys.alive_prefix) :].partition("/")
@@ -238,9 +240,9 @@ class _Parser:
     def state(self, revision: int) -> JobState:
         rnd: Round | None = self.fields.get("round")
         current = str(rnd.number) if rnd is not None else None
-        causes = {m: c for m, (r, c) in self.reports.items() if r == current}
+        failures = {m: f for m, (r, f) in self.reports.items() if r == current}
         alive = frozenset(m for r, m in self.answers if r == current)
-        return JobState(**self.fields, causes=causes, alive=alive, revision=revision, corrupt=self.corrupt)
+        return JobState(**self.fields, failures=failures, alive=alive, revision=revision, corrupt=self.corrupt)
 
 
 @functools.lru_cache(maxsize=8192)

@@ -20,7 +20,7 @@ from elastic.controller.election import Election
 from elastic.controller.reconcile import Observed
 from elastic.controller.status import job_status
 from elastic.controller.submit import submit_job
-from elastic.policy.exits import ExitCause
+from elastic.policy.incident import Failure, RoundEnd
 from elastic.rendezvous.run import JobRun
 from elastic.rendezvous.state import Closed
 from elastic.spec import parse_job
@@ -59,7 +59,7 @@ def fail_twice(store: Store, name: str, log_dir: Path) -> tuple[str, Path]:
         state = run.read()
         assert run.seal(state, state.round, {member: 0})
         state = run.read()
-        run.end_round(state, state.round, run.classify(state, "WorkerFailure", ExitCause(2, worker=member)))
+        run.end_round(state, state.round, run.incident(state, RoundEnd.WORKER_FAILURE, Failure(2, member=member)))
     status = job_status(Observed(job, run.read(), ()), None, None)
     store.put_json(keys.status, status)
     return worker, log

@@ -66,14 +66,14 @@ def test_a_worker_killed_by_sigkill_ends_its_round_with_a_charge_and_is_replaced
     actions = reconcile(observed(workers=(alive("w1"), exited("w2", -9))))
     handle = actions[0]
     assert isinstance(handle, HandleExit) and handle.round == 4
-    assert handle.incident.action is Action.RESTART_JOB and handle.incident.cause.code == 137
+    assert handle.incident.action is Action.RESTART_JOB and handle.incident.failure.code == 137
     assert actions[1:] == [ForgetWorker("w2"), StartWorkers(1)]
 
 
 def test_an_exit_code_with_a_fail_job_rule_is_permanent() -> None:
     handle = reconcile(observed(workers=(alive("w1"), exited("w2", 3))))[0]
     assert handle.incident.action is Action.FAIL_JOB
-    assert "rules[0]" in handle.incident.decision.reason_text
+    assert "rules[0]" in handle.incident.why
 
 
 def test_a_worker_outside_the_current_round_charges_nothing() -> None:

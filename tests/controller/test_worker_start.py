@@ -19,11 +19,13 @@ from elastic.cluster.base import WorkerLaunch
 from elastic.cluster.processes import pids_with_env
 from elastic.controller.loop import JobController
 from elastic.controller.manager import local_workers
-from elastic.controller.reconcile import TOO_MANY_PROCESSES, WORKER_START_FAILED
 from elastic.controller.submit import submit_job
+from elastic.policy.incident import JobEnd
 from elastic.spec import ElasticJob, parse_job
 from elastic.store import JobKeys, Store
 from elastic.store.server import EtcdServer
+
+TOO_MANY_PROCESSES, WORKER_START_FAILED = JobEnd.TOO_MANY_PROCESSES, JobEnd.WORKER_START_FAILED
 
 
 def job(name: str, **spec: Any) -> ElasticJob:

@@ -1,4 +1,4 @@
-"""Exit classification (DESIGN §3.5): first matching rule, else preemption is free, else the shorthand."""
+"""Exit classification (docs/design.md §3.5): first matching rule, else preemption is free, else the shorthand."""
 
 from __future__ import annotations
 
@@ -6,7 +6,8 @@ from typing import Any
 
 import pytest
 
-from elastic.policy.exits import Action, Decision, ExitCause, classify, first_cause
+from elastic.policy.exits import Action, Decision, classify
+from elastic.policy.incident import Failure
 from elastic.spec import RestartPolicy, Rule, RuleAction
 
 NEVER, ON_FAILURE, EXIT_CODE = RestartPolicy.NEVER, RestartPolicy.ON_FAILURE, RestartPolicy.EXIT_CODE
@@ -22,8 +23,8 @@ def rule(action: str, codes: list[int] | None = None, op: str = "In", reasons: l
     return Rule.model_validate(data)
 
 
-def code(exit_code: int | None, reason: str | None = None) -> ExitCause:
-    return ExitCause(exit_code, reason)
+def code(exit_code: int | None, reason: str | None = None) -> Failure:
+    return Failure(exit_code, reason)
 
 
 CLASSIFY = [
@@ -110,7 +111,7 @@ CLASSIFY = [
 
 @pytest.mark.parametrize(("cause", "rules", "policy", "action", "index"), CLASSIFY)
 def test_classify(
-    cause: ExitCause, rules: list[Rule], policy: RestartPolicy | str, action: Action, index: int | None
+    cause: Failure, rules: list[Rule], policy: RestartPolicy | str, action: Action, index: int | None
 ) -> None:
     decision = classify(cause, rules, policy)
     assert (decision.action, decision.rule_index) == (action, index)
@@ -120,12 +121,12 @@ def test_classify(
     ("cause", "rules", "policy", "expected"),
     [
         pytest.param(
-            ExitCause(1, worker="n0/3"), [rule("FailJob", [1])], ON_FAILURE,
+            Failure(1, member="n0/3"), [rule("FailJob", [1])], ON_FAILURE,
             Decision(FAIL, 0, "exit code 1 of worker n0/3 matched failurePolicy.rules[0] (FailJob)"),
             id="a rule decision names the rule",
         ),
         pytest.param(
-            ExitCause(-9, worker="n1/0"), [], EXIT_CODE,
+            Failure(-9, member="n1/0"), [], EXIT_CODE,
             Decision(
                 RESTART, None,
                 "exit code 137 (SIGKILL) of worker n1/0: no rule matched; "
@@ -134,14 +135,14 @@ def test_classify(
             id="a shorthand decision names the signal and the shorthand",
         ),
         pytest.param(
-            ExitCause(None, "Evicted"), [], NEVER,
+            Failure(None, "Evicted"), [], NEVER,
             Decision(IGNORE, None, "Evicted is a preemption, free by default (no rule matched)"),
             id="a free preemption says why it is free",
         ),
     ],
 )  # fmt: skip
 def test_decisions_explain_themselves(
-    cause: ExitCause, rules: list[Rule], policy: RestartPolicy, expected: Decision
+    cause: Failure, rules: list[Rule], policy: RestartPolicy, expected: Decision
 ) -> None:
     assert classify(cause, rules, policy) == expected
 
@@ -149,80 +150,8 @@ def test_decisions_explain_themselves(
 @pytest.mark.parametrize("policy", list(RestartPolicy), ids=lambda p: f"exit code 0 is refused under {p.value}")
 def test_exit_code_zero_is_never_classified(policy: RestartPolicy) -> None:
     with pytest.raises(ValueError, match="exit code 0 is success"):
-        classify(ExitCause(0), [], policy)
+        classify(Failure(0), [], policy)
 
 
 def test_actions_mirror_the_spec_rule_actions() -> None:
     assert [a.value for a in Action] == [a.value for a in RuleAction]
-
-
-A, B, C = "n0/0", "n1/0", "n2/0"
-
-FIRST_CAUSE = [
-    pytest.param([ExitCause(1, worker=A, at=2.0), ExitCause(137, worker=B, at=1.0)], B, id="the earliest cause wins"),
-    pytest.param(
-        [ExitCause(1, worker=A, at=5.0), ExitCause(None, "Evicted", worker=B, at=5.0)], B,
-        id="on a tie a cause with a reason beats a collateral exit 1",
-    ),
-    pytest.param(
-        [ExitCause(1, worker=A, at=5.0), ExitCause(137, worker=B, at=5.0)], B,
-        id="on a tie a signal death beats a collateral exit 1",
-    ),
-    pytest.param(
-        [ExitCause(1, worker=A, at=5.0), ExitCause(-9, worker=B, at=5.0)], B,
-        id="on a tie a negative subprocess code counts as a signal death",
-    ),
-    pytest.param(
-        [ExitCause(137, worker=A, at=5.0), ExitCause(1, "NodeLost", worker=B, at=5.0)], B,
-        id="on a tie a reason beats a signal death",
-    ),
-    pytest.param(
-        [ExitCause(1, worker=A, at=5.0), ExitCause(1, worker=B, at=5.0), ExitCause(1, worker=C, at=5.0)], A,
-        id="a full tie keeps the order they were reported in",
-    ),
-    pytest.param(
-        [ExitCause(137, "OOMKilled", worker=A, at=9.0), ExitCause(1, worker=B, at=8.5)], A,
-        id="a reason beats an earlier collateral exit 1",
-    ),
-    pytest.param(
-        [ExitCause(1, worker=A, at=1.0), ExitCause(3, worker=B, at=2.0)], B,
-        id="a distinct exit code beats an earlier collateral exit 1 (clocks of observers disagree)",
-    ),
-    pytest.param(
-        [ExitCause(3, worker=A, at=2.0), ExitCause(137, worker=B, at=1.0)], B,
-        id="between two root-like causes the earliest wins",
-    ),
-    pytest.param(
-        [ExitCause(134, worker=A, at=1.0), ExitCause(137, worker=B, at=2.0)], B,
-        id="a kill beats an earlier collateral abort (gloo aborts a worker whose peer died)",
-    ),
-    pytest.param([ExitCause(134, worker=A)], A, id="an abort alone is the first cause"),
-    pytest.param([ExitCause(2, worker=C)], C, id="a single cause is the first cause"),
-]  # fmt: skip
-
-
-@pytest.mark.parametrize(("causes", "worker"), FIRST_CAUSE)
-def test_first_cause(causes: list[ExitCause], worker: str) -> None:
-    assert first_cause(causes).worker == worker
-
-
-def test_first_cause_of_nothing_is_an_error() -> None:
-    with pytest.raises(ValueError, match="at least one cause"):
-        first_cause([])
-
-
-@pytest.mark.parametrize(
-    ("cause", "text", "signal_death"),
-    [
-        pytest.param(ExitCause(-9), "exit code 137 (SIGKILL)", True, id="-9 reads as 137 SIGKILL"),
-        pytest.param(
-            ExitCause(143, worker="w"), "exit code 143 (SIGTERM) of worker w", True, id="143 reads as SIGTERM"
-        ),
-        pytest.param(ExitCause(128), "exit code 128", True, id="128 names no signal"),
-        pytest.param(ExitCause(1, "Error"), "Error, exit code 1", False, id="a reason comes first"),
-        pytest.param(ExitCause(None, "NodeLost"), "NodeLost", False, id="a reason alone"),
-        pytest.param(ExitCause(None), "an unknown cause", False, id="nothing known"),
-    ],
-)  # fmt: skip
-def test_cause_descriptions(cause: ExitCause, text: str, signal_death: bool) -> None:
-    assert (cause.describe(), cause.signal_death) == (text, signal_death)

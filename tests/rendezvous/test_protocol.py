@@ -6,11 +6,8 @@ import pytest
 
 from elastic.codec import decode_budget
 from elastic.policy.budget import Budget, Charge, charge, exhausted_message
+from elastic.policy.incident import RoundEnd
 from elastic.rendezvous.protocol import (
-    MEMBER_LOST,
-    ROUND_ENDED,
-    SCALE_UP,
-    STORE_UNAVAILABLE,
     Change,
     EndDeadRound,
     Joined,
@@ -25,6 +22,9 @@ from elastic.rendezvous.protocol import (
 )
 from elastic.rendezvous.state import Closed, Departure, JobState, Member, Round
 from elastic.store import dumps
+
+MEMBER_LOST, ROUND_ENDED, SCALE_UP = RoundEnd.MEMBER_LOST, RoundEnd.ROUND_ENDED, RoundEnd.SCALE_UP
+STORE_UNAVAILABLE = RoundEnd.STORE_UNAVAILABLE
 
 SETTINGS = Settings(min_nodes=2, max_nodes=3, last_call_seconds=2.0)
 
