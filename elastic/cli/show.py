@@ -19,15 +19,20 @@ ROOT_CAUSE_LINES = 10
 
 
 def root_cause_lines(report: JobReport, lines: int = ROOT_CAUSE_LINES, include_restarts: bool = False) -> list[str]:
-    """The failing worker's log path and its last lines (where the Python error is), or [] if none failed."""
+    """The failing worker's own error (as its agent captured it, from any machine), then its log path and its
+    last lines; [] if no worker failed the job."""
+    closed = report.state.closed
+    error = [f"  | {line}" for line in (closed.error or "").splitlines()[-lines:]] if closed else []
     found = failed_worker_log(report, include_restarts)
     if found is None:
-        return []
-    last = tail(found.path, lines)
+        return [f"worker {closed.member} error:", *error] if error and closed and closed.member else []
     head = f"worker {found.worker} log: {found.path}"
+    mine = [f"worker {found.worker} error:", *error] if error else []
+    last = tail(found.path, lines)
     if not last:
-        return [f"{head} (not readable here: 'elastic logs {report.job.key} --worker {found.worker}' on its machine)"]
-    return [f"{head} (last {len(last)} lines):", *(f"  | {line}" for line in last)]
+        return [*mine, f"{head} (not readable here: 'elastic logs {report.job.key} --worker {found.worker}' "
+                       "on its machine)"]
+    return [*mine, f"{head} (last {len(last)} lines):", *(f"  | {line}" for line in last)]
 
 
 def require_job(store: Store, keys: JobKeys, endpoints: str) -> ElasticJob:

@@ -59,11 +59,17 @@ def test_node_loss_survivor_trains_alone_within_lease_and_last_call(training_job
     agents = [job.add_agent(), job.add_agent()]
     assert wait_until(lambda: len(job.steps()) >= 5, STARTUP), job.logs()
     rank1 = next(a for a in agents if _rank_of(job, a) == 1)
-    lost_key = job.keys.member(next(m for m in job.round()["members"] if f"-{rank1.pid}-" in m))
+    lost = next(m for m in job.round()["members"] if f"-{rank1.pid}-" in m)
+    lost_key = job.keys.member(lost)
     killed_at = time.time()
     rank1.kill()
     assert wait_until(lambda: any(s.world_size == 1 for s in job.steps_since(killed_at)), 3 + 1 + 5 + 10), job.logs()
     assert job.budget()["used"] == 1, job.budget()
+    # stock torchrun tells its handler nothing of its worker's exit: the silent member is the lost one, never
+    # the survivor whose all-reduce broke with it (docs/design.md §3.16)
+    charge = job.budget()["charges"][0]
+    assert (charge["reason"], charge["member"]) == ("MemberLost", lost), charge
+    assert charge["cause"] == f"NodeLost of worker {lost}", charge
     # the dead member's lease runs out afterwards: that is not a second incident
     assert wait_until(lambda: job.store.get(lost_key) is None, 3 + 5)
     expired_at = time.time()
