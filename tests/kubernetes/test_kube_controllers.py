@@ -22,7 +22,6 @@ import yaml
 from fake_api import FakeApiServer, rbac_allows
 from kubernetes import client
 
-from elastic.agents import seconds_until, wait_until
 from elastic.controller.kube_leadership import EXIT_LOST_LEADERSHIP
 from elastic.controller.kube_manager import KubernetesControllerManager
 from elastic.controller.leader import LEASE_NAME, KubernetesLeases, lease_body, parse_lease
@@ -30,6 +29,7 @@ from elastic.spec import parse_job
 from elastic.store import JobKeys, Store
 from elastic.store.keys import controller_leader_key
 from elastic.store.server import EtcdServer
+from harness.agents import seconds_until, wait_until
 
 LEASE = 2
 REPO = Path(__file__).resolve().parents[2]

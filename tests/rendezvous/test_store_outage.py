@@ -12,8 +12,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from elastic.agents import wait_until
 from elastic.store.server import EtcdServer
+from harness.agents import wait_until
 
 pytestmark = pytest.mark.slow
 STARTUP = 90
