@@ -14,7 +14,7 @@ from cli_harness import REPO
 from elastic.cluster.base import WorkerLaunch
 from elastic.cluster.local import ENDPOINTS_ENV, EXIT_KEY_ENV, LocalProcesses, exit_status
 from elastic.cluster.processes import pids_with_env
-from elastic.controller.election import Election
+from elastic.controller.machinery.etcd_election import Election
 from elastic.controller.reconcile import HandleExit, Observed, reconcile
 from elastic.errors import NotLeaderError
 from elastic.policy.exits import Action

@@ -15,7 +15,7 @@ from cli_harness import REPO
 
 from elastic.cli.endpoint_file import ENDPOINT_FILE_ENV, endpoint_file, write_endpoint
 from elastic.cli.main import build_parser, main
-from elastic.controller.election import Election
+from elastic.controller.machinery.etcd_election import Election
 from elastic.controller.reconcile import Observed
 from elastic.controller.status import job_status
 from elastic.controller.submit import submit_job

@@ -21,7 +21,7 @@ from fake_api import FakeApiServer, rbac_allows
 from kubernetes import client
 from lease_model import Call, Fault, MemoryLeases, SimTime
 
-from elastic.controller.leader import (
+from elastic.controller.machinery.lease_election import (
     LEASE_NAME,
     Decision,
     KubernetesLeases,
