@@ -236,7 +236,7 @@ class PodTemplate(_Model):
     nodeSelector, volumes (`/dev/shm`), init containers, a pod security context, a service account.
 
     Kubernetes only: a local or docker-compose worker is a process and ignores it. The controller starts
-    from this template and overlays what it owns (see `elastic.cluster.kubernetes.pod_manifest`): the
+    from this template and overlays what it owns (see `elastic.cluster.pod_manifest.pod_manifest`): the
     `worker` container's command (the torchrun agent around spec.worker.command), its controller env,
     labels, owner reference, finalizer and `restartPolicy: Never`. It fills in defaults only where the
     template is silent (no service-account token, a restricted-compatible container security context,
