@@ -28,6 +28,7 @@ from pydantic import (
 from pydantic.alias_generators import to_camel, to_snake
 from pydantic_core import PydanticCustomError
 
+from elastic.spec import defaults
 from elastic.spec.excerpt import show
 from elastic.spec.labels import label_value_problem, qualified_name_problem
 from elastic.spec.names import job_name_problem, label_problem
@@ -349,11 +350,13 @@ class WorkerTemplate(_Model):
 class RendezvousSpec(_Model):
     """Timing of the round protocol and where its etcd lives (empty endpoints: the controller's default)."""
 
-    lease_seconds: Int32 = Field(default=10, ge=1, description="TTL of each member's lease.")
+    lease_seconds: Int32 = Field(default=defaults.LEASE_SECONDS, ge=1, description="TTL of each member's lease.")
     last_call_seconds: Float = Field(
-        default=2.0, ge=0, description="Seal a round above minReplicas after this long without a joiner."
+        default=defaults.LAST_CALL_SECONDS,
+        ge=0,
+        description="Seal a round above minReplicas after this long without a joiner.",
     )
-    join_timeout_seconds: Int32 = Field(default=600, ge=1)
+    join_timeout_seconds: Int32 = Field(default=defaults.JOIN_TIMEOUT_SECONDS, ge=1)
     endpoints: list[Endpoint] = Field(default_factory=list)
 
 
@@ -420,7 +423,9 @@ class Rule(_Model):
 class FailurePolicy(_Model):
     """The job-level retry budget and the rules that decide which exits spend it (DESIGN §3.2-3.5)."""
 
-    max_restarts: Int32 = Field(default=3, ge=0, description="Failure-caused round transitions the job may take.")
+    max_restarts: Int32 = Field(
+        default=defaults.MAX_RESTARTS, ge=0, description="Failure-caused round transitions the job may take."
+    )
     rules: list[Rule] = Field(default_factory=list, max_length=MAX_RULE_ITEMS)
 
 
@@ -460,7 +465,7 @@ class ElasticJobSpec(_Model):
     success_policy: SuccessPolicy = SuccessPolicy.ALL_WORKERS
     active_deadline_seconds: Int32 | None = Field(default=None, ge=1)
     startup_timeout_seconds: Int32 = Field(
-        default=600,
+        default=defaults.STARTUP_TIMEOUT_SECONDS,
         ge=1,
         description="While fewer than minReplicas workers are ready, a worker pod still Pending (unschedulable, "
         "pulling or failing to pull its image, init containers) this long after its creation fails the job "
