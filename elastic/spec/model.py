@@ -110,7 +110,7 @@ class _Model(BaseModel):
 
 
 class RestartPolicy(str, Enum):
-    """Shorthand for the failure rules when none matches (DESIGN §3.5)."""
+    """Shorthand for the failure rules when none matches (docs/design.md §3.5)."""
 
     NEVER = "Never"
     ON_FAILURE = "OnFailure"
@@ -118,14 +118,14 @@ class RestartPolicy(str, Enum):
 
 
 class Recovery(str, Enum):
-    """What a membership change does to the workers of the agents that stay (DESIGN §3.15)."""
+    """What a membership change does to the workers of the agents that stay (docs/design.md §3.15)."""
 
     RESTART = "Restart"  # torchrun's way: every worker process is restarted
     IN_PLACE = "InPlace"  # survivors keep their processes (elastic.train.Session), a dead worker is re-forked
 
 
 class SuccessPolicy(str, Enum):
-    """When the job counts as succeeded (DESIGN §3.6)."""
+    """When the job counts as succeeded (docs/design.md §3.6)."""
 
     ALL_WORKERS = "AllWorkers"
     RANK0 = "Rank0"
@@ -421,7 +421,7 @@ class Rule(_Model):
 
 
 class FailurePolicy(_Model):
-    """The job-level retry budget and the rules that decide which exits spend it (DESIGN §3.2-3.5)."""
+    """The job-level retry budget and the rules that decide which exits spend it (docs/design.md §3.2-3.5)."""
 
     max_restarts: Int32 = Field(
         default=defaults.MAX_RESTARTS, ge=0, description="Failure-caused round transitions the job may take."

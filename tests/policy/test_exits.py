@@ -1,4 +1,4 @@
-"""Exit classification (DESIGN §3.5): first matching rule, else preemption is free, else the shorthand."""
+"""Exit classification (docs/design.md §3.5): first matching rule, else preemption is free, else the shorthand."""
 
 from __future__ import annotations
 
