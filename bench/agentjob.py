@@ -16,12 +16,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from elastic.agents import EXAMPLE_SCRIPT, AgentProcess, Step, torchrun_command
-
-try:
-    from bench import common
-except ModuleNotFoundError:  # run as a script: bench/ is on sys.path, the repo root is not
-    import common  # type: ignore[no-redef]
+from bench import common
+from harness.agents import EXAMPLE_SCRIPT, AgentProcess, Step, torchrun_command
 
 STARTED = re.compile(r"^started rank=(\d+) world_size=(\d+) resumed_from=(\d+)$")
 STEP = re.compile(r"^step=(\d+) loss=([\d.]+) world_size=(\d+) restart=(\d+) time=([\d.]+)$")

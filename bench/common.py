@@ -26,12 +26,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from elastic.spec import defaults
+
 REPO = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable
 TORCHRUN = (PYTHON, "-m", "torch.distributed.run")
 
 # The backends' own defaults, as documented by their code (what "defaults" means in every table).
-ETCD_V3_DEFAULTS = "lease_seconds=10, last_call_seconds=2 (settle_seconds=1)"
+ETCD_V3_DEFAULTS = (
+    f"lease_seconds={defaults.LEASE_SECONDS}, last_call_seconds={defaults.LAST_CALL_SECONDS:g} "
+    f"(settle_seconds={defaults.SETTLE_SECONDS:g})"
+)
 C10D_DEFAULTS = "last_call_timeout=30, keep_alive_interval=5 x keep_alive_max_attempt=3"
 EQUAL_LAST_CALL_SECONDS = 2
 

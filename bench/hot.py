@@ -35,16 +35,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-try:
-    from bench import common
-    from bench.agentjob import AgentStep, BenchJob, Failure, LogTail
-except ModuleNotFoundError:  # run as a script: bench/ is on sys.path, the repo root is not
-    import common  # type: ignore[no-redef]
-    from agentjob import AgentStep, BenchJob, Failure, LogTail  # type: ignore[no-redef]
-
-from elastic.agents import torchrun_command
+from bench import common
+from bench.agentjob import AgentStep, BenchJob, Failure, LogTail
 from elastic.store import JobKeys, Store
 from elastic.store.server import EtcdServer
+from harness.agents import torchrun_command
 
 Variant = common.Variant
 SCRIPT = common.REPO / "examples" / "train_inplace.py"

@@ -36,10 +36,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-try:
-    from bench import common
-except ModuleNotFoundError:  # run as a script: bench/ is on sys.path, the repo root is not
-    import common  # type: ignore[no-redef]
+if not __package__:  # run as a script: bench/ is on sys.path, the repo root (bench, harness) is not
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench import common
 
 NAMESPACE = "bench"
 KUBELET_SECONDS = 0.5

@@ -28,13 +28,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-try:
-    from bench import common
-    from bench.agentjob import BenchJob
-except ModuleNotFoundError:  # run as a script: bench/ is on sys.path, the repo root is not
-    import common  # type: ignore[no-redef]
-    from agentjob import BenchJob  # type: ignore[no-redef]
+if not __package__:  # run as a script: bench/ is on sys.path, the repo root (bench, harness) is not
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench import common
+from bench.agentjob import BenchJob
 from elastic.store.server import EtcdServer
 
 Variant = common.Variant

@@ -43,14 +43,11 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-try:
-    from bench import common, hot
-    from bench.agentjob import BenchJob, standalone_command
-except ModuleNotFoundError:  # run as a script: bench/ is on sys.path, the repo root is not
-    import common  # type: ignore[no-redef]
-    import hot  # type: ignore[no-redef]
-    from agentjob import BenchJob, standalone_command  # type: ignore[no-redef]
+if not __package__:  # run as a script: bench/ is on sys.path, the repo root (bench, harness) is not
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench import common, hot
+from bench.agentjob import BenchJob, standalone_command
 from elastic.store.server import EtcdServer
 
 Variant = common.Variant

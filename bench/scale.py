@@ -33,12 +33,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-try:
-    from bench import common
-    from bench.handlers import c10d_store_server, make_handler
-except ModuleNotFoundError:  # run as a script: bench/ is on sys.path, the repo root is not
-    import common  # type: ignore[no-redef]
-    from handlers import c10d_store_server, make_handler  # type: ignore[no-redef]
+if not __package__:  # run as a script: bench/ is on sys.path, the repo root (bench, harness) is not
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench import common
+from bench.handlers import c10d_store_server, make_handler
 
 BACKENDS = ("etcd-v3", "c10d")
 

@@ -22,14 +22,12 @@ import tempfile
 import time
 from pathlib import Path
 
-try:
-    from bench import common
-    from bench.agentjob import BenchJob
-    from bench.recovery import BY_NAME, Variant
-except ModuleNotFoundError:  # run as a script: bench/ is on sys.path, the repo root is not
-    import common  # type: ignore[no-redef]
-    from agentjob import BenchJob  # type: ignore[no-redef]
-    from recovery import BY_NAME, Variant  # type: ignore[no-redef]
+if not __package__:  # run as a script: bench/ is on sys.path, the repo root (bench, harness) is not
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench import common
+from bench.agentjob import BenchJob
+from bench.recovery import BY_NAME, Variant
 
 # torch's log prefix: I1202 13:31:03.394000 14294 path:line] message
 TORCH_LOG = re.compile(r"^[IWE](\d{2})(\d{2}) (\d{2}):(\d{2}):(\d{2}\.\d+) \d+ \S+\] (.*)$")

@@ -1,1 +1,1 @@
-pytest_plugins = ["elastic.testing"]
+pytest_plugins = ["harness.fixtures"]

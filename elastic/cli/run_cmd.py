@@ -22,8 +22,8 @@ from elastic.cli.common import (
 from elastic.cli.live_watch import Following
 from elastic.cli.resume import add_resume_option, load_to_run
 from elastic.cli.show import root_cause_lines
-from elastic.controller.election import Election
 from elastic.controller.inspect import read_report
+from elastic.controller.machinery.etcd_election import Election
 from elastic.controller.manager import LocalControllerManager, LocalJobRunner
 from elastic.controller.metrics_export import ControllerMetrics
 from elastic.controller.reconcile import capacity_problem

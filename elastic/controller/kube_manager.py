@@ -18,15 +18,15 @@ from kubernetes.client import ApiClient, ApiException, CoordinationV1Api, CoreV1
 
 from elastic.cluster.kubernetes import KubernetesWorkers
 from elastic.codec import CorruptValueError, decode_json_object
-from elastic.controller.election import Election
-from elastic.controller.informer import Informer, object_key
-from elastic.controller.kube_leadership import FencedWorkers, KubeLeadership, exit_on_loss
 from elastic.controller.kube_status import KubeStatus
-from elastic.controller.leader import LEASE_NAME, KubernetesLeases, LeaderElector
 from elastic.controller.loop import JobController
+from elastic.controller.machinery.etcd_election import Election
+from elastic.controller.machinery.informer import Informer, object_key
+from elastic.controller.machinery.kube_leadership import FencedWorkers, KubeLeadership, exit_on_loss
+from elastic.controller.machinery.lease_election import LEASE_NAME, KubernetesLeases, LeaderElector
+from elastic.controller.machinery.workqueue import WorkQueue
 from elastic.controller.metrics_export import ControllerMetrics
 from elastic.controller.status import FINAL_PHASES
-from elastic.controller.workqueue import WorkQueue
 from elastic.errors import ElasticError, NotLeaderError, PermanentError
 from elastic.spec import ElasticJob, parse_job
 from elastic.spec.crd import GROUP, PLURAL, VERSION
@@ -50,15 +50,15 @@ _WORKER_PODS = "elastic.dev/job"  # label selector: every pod of every ElasticJo
 class KubernetesControllerManager:
     """`elastic controller --backend kubernetes`: ElasticJobs from the API server, run state in etcd.
 
-    Reads come from two informers (informer.py): the ElasticJobs and every worker pod, each listed once and
+    Reads come from two informers (machinery/informer.py): the ElasticJobs and every worker pod, each listed once and
     then followed by a watch, so a pass makes no list request at all; a change enqueues its job in a work
-    queue (workqueue.py); a watch of the jobs' keys in etcd queues a job when its round, members or budget
+    queue (machinery/workqueue.py); a watch of the jobs' keys in etcd queues a job when its round, members or budget
     change, and a running job is queued again every ACTIVE_REQUEUE_SECONDS. One job's handling never stops
     another's: an API error for a job (409, 429, 5xx, an RBAC 403) becomes a `ReconcileError` condition and
     a Warning event on that job, and the job is retried after a growing delay; a pod the API server refuses
     for good (Pod Security, an invalid template) fails that job (WorkerStartFailed).
 
-    Only the leader acts (kube_leadership.py): each pass asks for the fenced store of the etcd epoch and
+    Only the leader acts (machinery/kube_leadership.py): each pass asks for the fenced store of the etcd epoch and
     every etcd write goes through it. The ElasticJob object is the only truth for the spec: it is mirrored
     into etcd for the agents (their failure rules), and never read back from there. Each job carries the
     `elastic.dev/cleanup` finalizer: `kubectl delete` stops its workers, removes its etcd keys, then lets the

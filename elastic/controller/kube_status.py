@@ -16,7 +16,7 @@ from typing import Any
 
 from kubernetes.client import ApiException, CoreV1Api, CustomObjectsApi
 
-from elastic.cluster.kubernetes import job_selector
+from elastic.cluster.pod_manifest import job_selector
 from elastic.controller.status import FAILED, RESTARTING, WORKERS_WAITING, timestamp
 from elastic.spec import ElasticJob
 from elastic.spec.crd import GROUP, PLURAL, VERSION

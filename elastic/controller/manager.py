@@ -1,6 +1,6 @@
 """Local controllers: `elastic controller` (every submitted job) and `elastic run`'s (its one job).
 
-Only the elected leader acts (election.py): each step starts with an election step, and every write of a
+Only the elected leader acts (machinery/etcd_election.py): each step starts with an election step, and every write of a
 step goes through the leader's fenced store. A controller that stands by, or is deposed mid-step, drops
 its JobControllers and leaves the workers running: they are the job's, not this process's, and the
 leader adopts them through their records in etcd.
@@ -16,8 +16,8 @@ from typing import Any
 
 from elastic.cluster.local import LocalProcesses
 from elastic.codec import status_for_display
-from elastic.controller.election import Election
 from elastic.controller.loop import JobController, run_id_of
+from elastic.controller.machinery.etcd_election import Election
 from elastic.controller.metrics_export import ControllerMetrics
 from elastic.controller.status import FINAL_PHASES
 from elastic.controller.submit import list_jobs

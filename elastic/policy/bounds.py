@@ -1,4 +1,4 @@
-"""Replica bounds and when a round may seal (DESIGN §3.7).
+"""Replica bounds and when a round may seal (docs/design.md §3.7).
 
 Sealing at maxReplicas at once saves every full-size (re)start the `lastCallSeconds` wait; sealing below
 max only after a quiet `lastCallSeconds` gives stragglers of the same restart a chance to make the round,

@@ -1,4 +1,4 @@
-"""`activeDeadlineSeconds` (DESIGN §3.8): a job running longer fails with reason `DeadlineExceeded`.
+"""`activeDeadlineSeconds` (docs/design.md §3.8): a job running longer fails with reason `DeadlineExceeded`.
 
 Times are seconds on one clock (the controller's); comparing clocks of different hosts is what made
 torch's heartbeats fragile. A job that has not started has no deadline yet.

@@ -23,14 +23,33 @@ and are never pending.
 from __future__ import annotations
 
 from collections.abc import Iterable
-
-from elastic.cluster import WorkerObservation
+from typing import Protocol
 
 STARTUP_TIMEOUT = "StartupTimeout"
 
 
+class StartingWorker(Protocol):
+    """What this policy reads of a worker: the fields of `elastic.cluster.WorkerObservation` it needs, as a
+    protocol, because policy sits below cluster and never imports it (docs/design.md, Layers)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def alive(self) -> bool: ...
+    @property
+    def stopping(self) -> bool: ...
+    @property
+    def ready(self) -> bool: ...
+    @property
+    def pending(self) -> bool: ...
+    @property
+    def started_at(self) -> float: ...
+    @property
+    def waiting(self) -> str | None: ...
+
+
 def startup_timed_out(
-    workers: Iterable[WorkerObservation], now: float, timeout_seconds: int, min_replicas: int
+    workers: Iterable[StartingWorker], now: float, timeout_seconds: int, min_replicas: int
 ) -> str | None:
     """The StartupTimeout message when the job cannot train and a worker has been starting too long; else None."""
     live = [w for w in workers if w.alive and not w.stopping]

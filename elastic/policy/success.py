@@ -1,4 +1,4 @@
-"""When a job has succeeded (DESIGN §3.6), and which workers must then be stopped.
+"""When a job has succeeded (docs/design.md §3.6), and which workers must then be stopped.
 
 `AllWorkers` waits for every rank of the last round to exit 0. `Rank0` trusts the chief: as soon as rank 0
 exits 0 the job is done, and ranks still running are stopped so that nothing is left behind.

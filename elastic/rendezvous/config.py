@@ -11,6 +11,7 @@ from typing import Any
 
 from torch.distributed.elastic.rendezvous import RendezvousParameters
 
+from elastic.spec import defaults
 from elastic.spec.names import DNS1123_LABEL_MAX, label_problem, to_label
 from elastic.store import EtcdAuth, JobKeys
 
@@ -18,16 +19,20 @@ log = logging.getLogger(__name__)
 
 # What each --rdzv-conf key means; the README's table is this one.
 CONF_KEYS = {
-    "lease_seconds": "member lease TTL: how long a silently dead agent counts as present (default 10)",
-    "last_call_seconds": "wait after reaching min nodes for more joiners before sealing (default 2); not "
+    "lease_seconds": "member lease TTL: how long a silently dead agent counts as present "
+    f"(default {defaults.LEASE_SECONDS})",
+    "last_call_seconds": "wait after reaching min nodes for more joiners before sealing "
+    f"(default {defaults.LAST_CALL_SECONDS:g}); not "
     "applied after a failure once every member heard from during the incident has re-joined",
-    "join_timeout": "seconds an agent may wait to get into a round (default: torchrun's timeout, 900)",
-    "max_restarts": "the JOB-level retry budget: failure-caused re-rendezvous of the whole job (default 3)",
+    "join_timeout": "seconds an agent may wait to get into a round "
+    f"(default: torchrun's timeout, {defaults.TORCHRUN_JOIN_TIMEOUT_SECONDS})",
+    "max_restarts": "the JOB-level retry budget: failure-caused re-rendezvous of the whole job "
+    f"(default {defaults.MAX_RESTARTS})",
     "settle_seconds": "how long a failed agent waits for the other reports of the same incident, so the "
-    "round ends on its root cause rather than on a collateral exit 1 (default 1)",
+    f"round ends on its root cause rather than on a collateral exit 1 (default {defaults.SETTLE_SECONDS:g})",
     "job": "namespace/name used in the etcd key layout, each a DNS-1123 label (default: default/<rdzv-id>, "
     "made a label plus a hash of the id when it is not one)",
-    "ttl_seconds": "how long the run's keys outlive its last agent (default 3600)",
+    "ttl_seconds": f"how long the run's keys outlive its last agent (default {defaults.RUN_TTL_SECONDS})",
     "reset": "1 to start a closed run id afresh (default 0: a closed run id is refused)",
     "ca_cert": "CA certificate file for https:// endpoints",
     "cert": "client certificate file (TLS client auth)",
@@ -93,12 +98,12 @@ class RendezvousConfig:
     job: JobKeys
     min_nodes: int
     max_nodes: int
-    lease_seconds: int = 10
-    last_call_seconds: float = 2.0
-    join_timeout: float = 900.0
-    max_restarts: int = 3
-    settle_seconds: float = 1.0
-    ttl_seconds: int = 3600
+    lease_seconds: int = defaults.LEASE_SECONDS
+    last_call_seconds: float = defaults.LAST_CALL_SECONDS
+    join_timeout: float = defaults.TORCHRUN_JOIN_TIMEOUT_SECONDS
+    max_restarts: int = defaults.MAX_RESTARTS
+    settle_seconds: float = defaults.SETTLE_SECONDS
+    ttl_seconds: int = defaults.RUN_TTL_SECONDS
     reset: bool = False
     local_addr: str | None = None
     # --rdzv-conf keys, else ELASTIC_ETCD_* (how the controller's agents get them)
@@ -126,14 +131,17 @@ class RendezvousConfig:
             job=JobKeys.parse(str(job)),
             min_nodes=params.min_nodes,
             max_nodes=params.max_nodes,
-            lease_seconds=_number(conf, "lease_seconds", int, 10, minimum=1),
+            lease_seconds=_number(conf, "lease_seconds", int, cls.lease_seconds, minimum=1),
             last_call_seconds=_number(
-                conf, "last_call_seconds", float, _number(conf, "last_call_timeout", float, 2.0, 0), minimum=0
+                conf, "last_call_seconds", float, _number(conf, "last_call_timeout", float, cls.last_call_seconds, 0),
+                minimum=0,
             ),
-            join_timeout=_number(conf, "join_timeout", float, _number(conf, "timeout", float, 900.0, 1), minimum=1),
-            max_restarts=_number(conf, "max_restarts", int, 3, minimum=0),
-            settle_seconds=_number(conf, "settle_seconds", float, 1.0, minimum=0),
-            ttl_seconds=_number(conf, "ttl_seconds", int, 3600, minimum=1),
+            join_timeout=_number(
+                conf, "join_timeout", float, _number(conf, "timeout", float, cls.join_timeout, 1), minimum=1
+            ),
+            max_restarts=_number(conf, "max_restarts", int, cls.max_restarts, minimum=0),
+            settle_seconds=_number(conf, "settle_seconds", float, cls.settle_seconds, minimum=0),
+            ttl_seconds=_number(conf, "ttl_seconds", int, cls.ttl_seconds, minimum=1),
             reset=str(conf.get("reset", "0")).lower() in ("1", "true", "yes"),
             local_addr=params.local_addr,
             auth=auth,

@@ -28,6 +28,7 @@ from pydantic import (
 from pydantic.alias_generators import to_camel, to_snake
 from pydantic_core import PydanticCustomError
 
+from elastic.spec import defaults
 from elastic.spec.excerpt import show
 from elastic.spec.labels import label_value_problem, qualified_name_problem
 from elastic.spec.names import job_name_problem, label_problem
@@ -109,7 +110,7 @@ class _Model(BaseModel):
 
 
 class RestartPolicy(str, Enum):
-    """Shorthand for the failure rules when none matches (DESIGN §3.5)."""
+    """Shorthand for the failure rules when none matches (docs/design.md §3.5)."""
 
     NEVER = "Never"
     ON_FAILURE = "OnFailure"
@@ -117,14 +118,14 @@ class RestartPolicy(str, Enum):
 
 
 class Recovery(str, Enum):
-    """What a membership change does to the workers of the agents that stay (DESIGN §3.15)."""
+    """What a membership change does to the workers of the agents that stay (docs/design.md §3.15)."""
 
     RESTART = "Restart"  # torchrun's way: every worker process is restarted
     IN_PLACE = "InPlace"  # survivors keep their processes (elastic.train.Session), a dead worker is re-forked
 
 
 class SuccessPolicy(str, Enum):
-    """When the job counts as succeeded (DESIGN §3.6)."""
+    """When the job counts as succeeded (docs/design.md §3.6)."""
 
     ALL_WORKERS = "AllWorkers"
     RANK0 = "Rank0"
@@ -236,7 +237,7 @@ class PodTemplate(_Model):
     nodeSelector, volumes (`/dev/shm`), init containers, a pod security context, a service account.
 
     Kubernetes only: a local or docker-compose worker is a process and ignores it. The controller starts
-    from this template and overlays what it owns (see `elastic.cluster.kubernetes.pod_manifest`): the
+    from this template and overlays what it owns (see `elastic.cluster.pod_manifest.pod_manifest`): the
     `worker` container's command (the torchrun agent around spec.worker.command), its controller env,
     labels, owner reference, finalizer and `restartPolicy: Never`. It fills in defaults only where the
     template is silent (no service-account token, a restricted-compatible container security context,
@@ -349,11 +350,13 @@ class WorkerTemplate(_Model):
 class RendezvousSpec(_Model):
     """Timing of the round protocol and where its etcd lives (empty endpoints: the controller's default)."""
 
-    lease_seconds: Int32 = Field(default=10, ge=1, description="TTL of each member's lease.")
+    lease_seconds: Int32 = Field(default=defaults.LEASE_SECONDS, ge=1, description="TTL of each member's lease.")
     last_call_seconds: Float = Field(
-        default=2.0, ge=0, description="Seal a round above minReplicas after this long without a joiner."
+        default=defaults.LAST_CALL_SECONDS,
+        ge=0,
+        description="Seal a round above minReplicas after this long without a joiner.",
     )
-    join_timeout_seconds: Int32 = Field(default=600, ge=1)
+    join_timeout_seconds: Int32 = Field(default=defaults.JOIN_TIMEOUT_SECONDS, ge=1)
     endpoints: list[Endpoint] = Field(default_factory=list)
 
 
@@ -418,9 +421,11 @@ class Rule(_Model):
 
 
 class FailurePolicy(_Model):
-    """The job-level retry budget and the rules that decide which exits spend it (DESIGN §3.2-3.5)."""
+    """The job-level retry budget and the rules that decide which exits spend it (docs/design.md §3.2-3.5)."""
 
-    max_restarts: Int32 = Field(default=3, ge=0, description="Failure-caused round transitions the job may take.")
+    max_restarts: Int32 = Field(
+        default=defaults.MAX_RESTARTS, ge=0, description="Failure-caused round transitions the job may take."
+    )
     rules: list[Rule] = Field(default_factory=list, max_length=MAX_RULE_ITEMS)
 
 
@@ -460,7 +465,7 @@ class ElasticJobSpec(_Model):
     success_policy: SuccessPolicy = SuccessPolicy.ALL_WORKERS
     active_deadline_seconds: Int32 | None = Field(default=None, ge=1)
     startup_timeout_seconds: Int32 = Field(
-        default=600,
+        default=defaults.STARTUP_TIMEOUT_SECONDS,
         ge=1,
         description="While fewer than minReplicas workers are ready, a worker pod still Pending (unschedulable, "
         "pulling or failing to pull its image, init containers) this long after its creation fails the job "

@@ -149,7 +149,7 @@ class Store:
         self.auth.check(self.addresses)  # a password over http is refused here, before anything is sent
         self._client: pyetcd.MultiEndpointEtcd3Client | None = None
         # When a call last met etcd unreachable (monotonic), even if a retry then got through: how an
-        # agent tells an outage it lived through from a member lost while etcd was up (DESIGN §3.11).
+        # agent tells an outage it lived through from a member lost while etcd was up (docs/design.md §3.11).
         self.last_unreachable: float | None = None
 
     # --- connection ---

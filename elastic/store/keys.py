@@ -1,4 +1,4 @@
-"""The etcd key layout (DESIGN.md §4). The only module that spells a key.
+"""The etcd key layout (docs/design.md §4). The only module that spells a key.
 
 Values under these keys are JSON, so `etcdctl get --prefix /elastic/` reads like a status page.
 """

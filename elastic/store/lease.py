@@ -37,7 +37,7 @@ class LeaseKeeper:
         self.lost_reason = ""
         # True when the lease was lost because no keep-alive reached etcd (an outage on this side), not
         # because etcd expired it while we were talking to it: the difference between a store outage
-        # and a lost member (DESIGN §3.11).
+        # and a lost member (docs/design.md §3.11).
         self.unreachable = False
         self.last_failure = 0.0  # monotonic time of the last keep-alive that did not reach etcd
         self._thread = threading.Thread(target=self._run, name=f"lease-{lease_id:x}", daemon=True)

@@ -10,10 +10,10 @@ from typing import Any
 
 import yaml
 
-from elastic.agents import Step, parse_steps
 from elastic.cluster.processes import pids_with_env
 from elastic.store import JobKeys, Store
 from elastic.store.server import EtcdServer
+from harness.agents import Step, parse_steps
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "examples" / "train_ddp.py"  # the spec is written elsewhere: its worker starts there

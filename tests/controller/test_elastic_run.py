@@ -10,7 +10,7 @@ import time
 import pytest
 from cli_harness import job_yaml, processes_of
 
-from elastic.agents import wait_until
+from harness.agents import wait_until
 
 pytestmark = pytest.mark.slow
 

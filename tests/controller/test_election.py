@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from elastic.controller.election import Election, LeaderRecord, Step, decide
+from elastic.controller.machinery.etcd_election import Election, LeaderRecord, Step, decide
 from elastic.errors import NotLeaderError
 from elastic.store import ModRevisionIs, Put, Store
 from elastic.store.keys import controller_leader_key

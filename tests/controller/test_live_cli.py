@@ -11,8 +11,8 @@ import pytest
 from cli_harness import ElasticCli, job_yaml, processes_of
 from pty_harness import Terminal
 
-from elastic.agents import wait_until
 from elastic.store import JobKeys
+from harness.agents import wait_until
 
 pytestmark = pytest.mark.slow
 

@@ -11,11 +11,10 @@ from pathlib import Path
 import pytest
 from cli_harness import REPO
 
-from elastic.agents import wait_until
 from elastic.cluster.base import WorkerLaunch
 from elastic.cluster.local import ENDPOINTS_ENV, EXIT_KEY_ENV, LocalProcesses, exit_status
 from elastic.cluster.processes import pids_with_env
-from elastic.controller.election import Election
+from elastic.controller.machinery.etcd_election import Election
 from elastic.controller.reconcile import HandleExit, Observed, reconcile
 from elastic.errors import NotLeaderError
 from elastic.policy.exits import Action
@@ -24,6 +23,7 @@ from elastic.spec import parse_job
 from elastic.store import JobKeys, Store
 from elastic.store.keys import controller_leader_key
 from elastic.store.server import EtcdServer
+from harness.agents import wait_until
 
 FAKE_AGENT = "import sys\nfrom elastic.cluster.local import exit_recorded\nwith exit_recorded():\n" \
              "    sys.stdin.readline()\n    sys.exit(3)\n"  # fmt: skip

@@ -10,7 +10,7 @@ import pytest
 from cli_harness import job_yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from elastic.agents import wait_until
+from harness.agents import wait_until
 
 pytestmark = pytest.mark.slow
 

@@ -13,10 +13,9 @@ import pytest
 import yaml
 from cli_harness import REPO
 
-from elastic.agents import wait_until
 from elastic.cli.endpoint_file import ENDPOINT_FILE_ENV, endpoint_file, write_endpoint
 from elastic.cli.main import build_parser, main
-from elastic.controller.election import Election
+from elastic.controller.machinery.etcd_election import Election
 from elastic.controller.reconcile import Observed
 from elastic.controller.status import job_status
 from elastic.controller.submit import submit_job
@@ -25,6 +24,7 @@ from elastic.rendezvous.run import JobRun
 from elastic.rendezvous.state import Closed
 from elastic.spec import parse_job
 from elastic.store import JobKeys, LeaseKeeper, Store
+from harness.agents import wait_until
 
 PYTHON_ERROR = "/usr/bin/python3: can't open file '/work/examples/train_dpp.py': [Errno 2] No such file or directory"
 

@@ -14,7 +14,7 @@ import pytest
 import yaml
 from cli_harness import SCRIPT, job_yaml, processes_of
 
-from elastic.agents import wait_until
+from harness.agents import wait_until
 
 pytestmark = pytest.mark.slow
 

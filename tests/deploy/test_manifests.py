@@ -684,7 +684,7 @@ def _admitted(policy: dict[str, Any], port: int, namespace: str, labels: dict[st
 def _worker_pod_labels() -> dict[str, str]:
     """The labels of a real worker pod, as the Kubernetes backend makes it for the sample job."""
     from elastic.cluster.base import WorkerLaunch
-    from elastic.cluster.kubernetes import pod_manifest
+    from elastic.cluster.pod_manifest import pod_manifest
 
     job = load_job(SAMPLES / "elasticjob.yaml")
     return pod_manifest(job, "default", WorkerLaunch("train-ddp-0", ["python", "x.py"], {}), 0)["metadata"]["labels"]

@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 
-from elastic.agents import AgentProcess, torchrun_command, wait_until
 from elastic.store import JobKeys, Store
 from elastic.store.server import EtcdServer
+from harness.agents import AgentProcess, torchrun_command, wait_until
 
 pytestmark = pytest.mark.slow
 

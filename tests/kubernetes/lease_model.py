@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from elastic.controller.leader import LeaseConflict, LeaseUnavailable
+from elastic.controller.machinery.lease_election import LeaseConflict, LeaseUnavailable
 
 
 class SimTime:

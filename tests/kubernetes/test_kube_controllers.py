@@ -22,14 +22,14 @@ import yaml
 from fake_api import FakeApiServer, rbac_allows
 from kubernetes import client
 
-from elastic.agents import seconds_until, wait_until
-from elastic.controller.kube_leadership import EXIT_LOST_LEADERSHIP
 from elastic.controller.kube_manager import KubernetesControllerManager
-from elastic.controller.leader import LEASE_NAME, KubernetesLeases, lease_body, parse_lease
+from elastic.controller.machinery.kube_leadership import EXIT_LOST_LEADERSHIP
+from elastic.controller.machinery.lease_election import LEASE_NAME, KubernetesLeases, lease_body, parse_lease
 from elastic.spec import parse_job
 from elastic.store import JobKeys, Store
 from elastic.store.keys import controller_leader_key
 from elastic.store.server import EtcdServer
+from harness.agents import seconds_until, wait_until
 
 LEASE = 2
 REPO = Path(__file__).resolve().parents[2]
@@ -175,7 +175,7 @@ def test_a_replica_that_loses_the_lease_gives_its_etcd_epoch_up_at_once(fake: Fa
 STALLED_CONTROLLER = """
 import sys, threading
 from kubernetes import client
-from elastic.controller.kube_leadership import exit_on_loss
+from elastic.controller.machinery.kube_leadership import exit_on_loss
 from elastic.controller.kube_manager import KubernetesControllerManager
 from elastic.store import Store
 api, etcd = sys.argv[1:3]

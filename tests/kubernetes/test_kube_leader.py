@@ -21,8 +21,7 @@ from fake_api import FakeApiServer, rbac_allows
 from kubernetes import client
 from lease_model import Call, Fault, MemoryLeases, SimTime
 
-from elastic.agents import seconds_until, wait_until
-from elastic.controller.leader import (
+from elastic.controller.machinery.lease_election import (
     LEASE_NAME,
     Decision,
     KubernetesLeases,
@@ -38,6 +37,7 @@ from elastic.controller.leader import (
     observe,
     parse_lease,
 )
+from harness.agents import seconds_until, wait_until
 
 NOW = 1000.0
 HOUR = 3600.0

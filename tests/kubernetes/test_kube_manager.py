@@ -16,11 +16,11 @@ import pytest
 from fake_api import FakeApiServer, Fault
 from kubernetes import client
 
-from elastic.agents import wait_until
 from elastic.controller.kube_manager import JOB_FINALIZER, KubernetesControllerManager
 from elastic.store import JobKeys, Store
 from elastic.store.keys import controller_leader_key
 from elastic.store.server import EtcdServer
+from harness.agents import wait_until
 
 
 def job_doc(name: str, namespace: str = "team-a", **worker: Any) -> dict[str, Any]:

@@ -33,7 +33,9 @@ from kube_harness import _until, job_doc
 from kubernetes import client
 
 from elastic.cluster.base import WorkerLaunch, WorkerStartError
-from elastic.cluster.kubernetes import KubernetesWorkers, exit_reason, observe_pod, pod_manifest
+from elastic.cluster.kubernetes import KubernetesWorkers
+from elastic.cluster.pod_manifest import pod_manifest
+from elastic.cluster.pod_status import exit_reason, observe_pod
 from elastic.rendezvous.state import Closed
 from elastic.spec import parse_job
 

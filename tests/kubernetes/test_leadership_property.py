@@ -34,7 +34,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from lease_model import Call, Fault, MemoryLeases, SimTime
 
-from elastic.controller.leader import LEASE_NAME, LeaderElector
+from elastic.controller.machinery.lease_election import LEASE_NAME, LeaderElector
 
 LEASE = 15
 RETRY = LEASE / 5

@@ -22,7 +22,9 @@ from kubernetes import client
 from test_kube_workers import pod
 
 from elastic.cluster.base import WorkerLaunch, WorkerStartError
-from elastic.cluster.kubernetes import CONTAINER_SECURITY, KubernetesWorkers, exit_reason, observe_pod, pod_manifest
+from elastic.cluster.kubernetes import KubernetesWorkers
+from elastic.cluster.pod_manifest import CONTAINER_SECURITY, pod_manifest
+from elastic.cluster.pod_status import exit_reason, observe_pod
 from elastic.spec import SpecError, parse_job
 
 K8S_VERSION = "1.31"  # as tests/deploy validates the manifests
@@ -358,7 +360,7 @@ def test_a_worker_waiting_for_room_does_not_fail_a_job_that_can_train(harness) -
 
 def test_an_in_place_job_runs_in_place_agents_in_its_pods(fake: FakeApiServer) -> None:
     """`recovery: InPlace` survives the CRD (not pruned) and becomes the agent's flag in the pod command."""
-    from elastic.cluster.kubernetes import pod_command
+    from elastic.cluster.pod_manifest import pod_command
     from elastic.controller.launch import agent_command
 
     stored = fake.add_job(doc(recovery="InPlace"))

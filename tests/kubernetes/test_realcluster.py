@@ -25,7 +25,7 @@ import pytest
 import yaml
 
 from elastic.cluster.base import WorkerLaunch
-from elastic.cluster.kubernetes import pod_manifest
+from elastic.cluster.pod_manifest import pod_manifest
 from elastic.spec import parse_job
 
 pytestmark = pytest.mark.realcluster

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from elastic.controller.workqueue import WorkQueue, retry_delay
+from elastic.controller.machinery.workqueue import WorkQueue, retry_delay
 
 
 @pytest.mark.parametrize(

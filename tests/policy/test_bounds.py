@@ -1,4 +1,4 @@
-"""Replica bounds and round sealing (DESIGN §3.7)."""
+"""Replica bounds and round sealing (docs/design.md §3.7)."""
 
 from __future__ import annotations
 

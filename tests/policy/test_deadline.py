@@ -1,4 +1,4 @@
-"""activeDeadlineSeconds (DESIGN §3.8): the job fails once it has run that long."""
+"""activeDeadlineSeconds (docs/design.md §3.8): the job fails once it has run that long."""
 
 from __future__ import annotations
 

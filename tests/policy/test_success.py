@@ -1,4 +1,4 @@
-"""Success policy (DESIGN §3.6): AllWorkers waits for every rank; Rank0 trusts the chief and stops the rest."""
+"""Success policy (docs/design.md §3.6): AllWorkers waits for every rank; Rank0 trusts the chief and stops the rest."""
 
 from __future__ import annotations
 

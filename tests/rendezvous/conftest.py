@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from elastic.agents import AgentProcess, Step, torchrun_command
 from elastic.store import JobKeys, Store
 from elastic.store.server import EtcdServer
+from harness.agents import AgentProcess, Step, torchrun_command
 
 
 class TrainingJob:

@@ -19,9 +19,9 @@ from typing import Any
 
 import pytest
 
-from elastic.agents import wait_until
 from elastic.store import JobKeys, Store
 from elastic.store.server import EtcdServer
+from harness.agents import wait_until
 
 CONF = "last_call_seconds=120,lease_seconds=60,settle_seconds=1,max_restarts=5"
 START = 60  # seconds for a member process to import torch and join, on a busy machine

@@ -1,4 +1,4 @@
-"""An etcd outage is not a node failure (DESIGN §3.11): real torchrun agents, a real etcd stopped by SIGSTOP.
+"""An etcd outage is not a node failure (docs/design.md §3.11): real torchrun agents, a real etcd stopped by SIGSTOP.
 
 Each test gets its own etcd (the module overrides the session's), since stopping it would stall others.
 """
@@ -12,8 +12,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from elastic.agents import wait_until
 from elastic.store.server import EtcdServer
+from harness.agents import wait_until
 
 pytestmark = pytest.mark.slow
 STARTUP = 90

@@ -12,7 +12,7 @@ import pytest
 from elastic.errors import StoreUnavailableError
 from elastic.store import LeaseKeeper, ModRevisionIs, PrefixWatch, Put, Store, UnchangedSince
 from elastic.store.server import EtcdServer, free_port
-from elastic.testing import available_etcd_binaries
+from harness.fixtures import available_etcd_binaries
 
 
 def test_json_round_trip(store: Store) -> None:

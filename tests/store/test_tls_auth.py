@@ -20,7 +20,7 @@ from elastic.rendezvous.run import JobRun
 from elastic.spec import parse_job
 from elastic.store import EtcdAuth, JobKeys, Store, StoreAccessError
 from elastic.store.server import EtcdServer
-from elastic.testing import Certificates, grant_job_role
+from harness.fixtures import Certificates, grant_job_role
 
 JOB_A = JobKeys("default", "job-a")
 JOB_B = JobKeys("default", "job-b")

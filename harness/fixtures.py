@@ -1,4 +1,4 @@
-"""Pytest fixtures shared by the test suite and by anyone testing code built on this project.
+"""Pytest fixtures of the test suite (a plugin: `tests/conftest.py` loads it).
 
 Every test that touches etcd gets a real etcd server on a free loopback port.
 """

@@ -1,9 +1,9 @@
 """The Kubernetes controller's right to act: the Lease says who leads, the etcd election fences its writes.
 
-Why both. The Lease (leader.py) is how Kubernetes replicas agree on one leader, with client-go's semantics,
+Why both. The Lease (lease_election.py) is how Kubernetes replicas agree on one leader, with client-go's semantics,
 but no Lease can stop a write that a deposed leader already has on its way: a step that stalled (a GC pause,
 a frozen VM, a slow call) and resumes after another replica took over. etcd can: the Lease holder also
-campaigns in the local controllers' election (election.py) and writes to etcd only through its
+campaigns in the local controllers' election (etcd_election.py) and writes to etcd only through its
 `FencedStore`, whose every transaction compares the leader key's mod revision (its epoch). One mechanism
 for both backends, not a second one: only a Lease holder campaigns, so the etcd key changes hands after the
 Lease did; the deposed leader's key is revoked when it notices the loss (or lapses with its etcd lease
@@ -25,8 +25,8 @@ from collections.abc import Callable
 
 from elastic.cluster.base import WorkerLaunch, WorkerObservation
 from elastic.cluster.kubernetes import KubernetesWorkers
-from elastic.controller.election import Election
-from elastic.controller.leader import LeaderElector
+from elastic.controller.machinery.etcd_election import Election
+from elastic.controller.machinery.lease_election import LeaderElector
 from elastic.errors import ElasticError, NotLeaderError
 from elastic.store.fenced import FencedStore
 
