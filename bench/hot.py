@@ -43,7 +43,7 @@ from harness.agents import torchrun_command
 
 Variant = common.Variant
 SCRIPT = common.REPO / "examples" / "train_inplace.py"
-AGENT = (common.PYTHON, "-m", "elastic.rendezvous.agent")
+AGENT = (common.PYTHON, "-m", "elastic.agent")
 BUDGET = {"max_restarts": 1000}  # the bench never spends the job budget
 IN_PLACE = Variant("in-place", "etcd-v3", BUDGET, "elastic agent --recovery=in-place (etcd-v3 defaults: lease 10 s)")
 RESTART = Variant("restart", "etcd-v3", BUDGET, "elastic agent: torch's agent on etcd-v3, workers restarted, "

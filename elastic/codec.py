@@ -1,4 +1,4 @@
-"""The store edge: every value read from etcd is decoded here, and only here (DESIGN §3.13).
+"""The store edge: every value read from etcd is decoded here, and only here (docs/design.md §3.13).
 
 Anyone who can reach etcd can `etcdctl put` anything under `/elastic/`. A value that does not decode must
 not crash whatever shares the store (the controller serving every job, the agents of a job): it becomes a
@@ -20,10 +20,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from elastic.errors import PermanentError
 from elastic.policy.budget import Budget, Charge
-from elastic.policy.incident import ERROR_CHARACTERS
+from elastic.policy.incident import ERROR_CHARACTERS, RoundEnd
 from elastic.spec import ElasticJob, SpecError, parse_job
 
-CORRUPT_STATE = "CorruptState"
+CORRUPT_STATE = RoundEnd.CORRUPT_STATE.value  # a job whose keys do not decode: its status reason
 STATUS_TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
 _SHOWN_CHARACTERS = 80  # of a bad value, in a message: enough to recognise it, never a whole blob
 

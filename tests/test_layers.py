@@ -20,6 +20,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "elastic"
 LAYERS: list[set[str]] = [
     {"cli"},  # the command line: parse, call, print
     {"controller"},  # reconcile (pure) and its executors: local and Kubernetes managers, machinery/
+    {"agent"},  # `elastic agent`: torchrun's launcher with our agent, restart or in-place
     {"inplace"},  # the in-place agent: torch's agent loop around rendezvous and train
     {"train"},  # what a training script imports: its round, its peers' state, its progress
     {"cluster", "rendezvous"},  # where workers run; the round protocol and torch's rendezvous handler
@@ -29,12 +30,6 @@ LAYERS: list[set[str]] = [
     {"spec"},  # the ElasticJob model, its defaults and validation
     {"errors"},  # the error hierarchy every layer raises
 ]
-
-# Imports that break the rule today, each with the issue that removes it.
-KNOWN_UPWARD = {
-    # issue 20: rendezvous/agent.py -> inplace, fixed in main
-    ("elastic.rendezvous.agent", "elastic.inplace.agent"),
-}
 
 RANK = {unit: rank for rank, units in enumerate(LAYERS) for unit in units}
 
@@ -86,6 +81,5 @@ def test_module_imports_point_down(path: Path) -> None:
         for target in imported_modules(path)
         if (target_unit := unit_of(target)) in RANK
         and RANK[target_unit] < RANK[unit]
-        and (module, target) not in KNOWN_UPWARD
     ]
     assert not upward, f"{module} ({unit}) imports a higher layer: {upward}"

@@ -21,7 +21,7 @@ def register(verbs: argparse._SubParsersAction) -> None:
 
 
 def run_agent(argv: Sequence[str]) -> int:
-    from elastic.rendezvous.agent import main  # imports torch: only when an agent is asked for
+    from elastic.agent import main  # imports torch: only when an agent is asked for
 
     main(list(argv))
     return 0

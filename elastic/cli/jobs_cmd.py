@@ -15,6 +15,7 @@ from elastic.controller.status import FINAL_PHASES
 from elastic.controller.submit import submit_job
 from elastic.errors import PermanentError
 from elastic.policy.bounds import clamp_replicas
+from elastic.policy.incident import JobEnd
 from elastic.rendezvous.run import JobRun
 from elastic.rendezvous.state import Closed
 from elastic.spec import load_job, parse_job
@@ -101,7 +102,7 @@ def delete_cmd(args: argparse.Namespace) -> int:
         if store.get(keys.spec) is None:
             raise PermanentError(f"no job {keys.namespace}/{keys.name} in etcd at {args.etcd}")
         run = JobRun(store, keys)
-        run.close(run.read(), Closed("Deleted", "deleted by the user", time.time()))
+        run.close(run.read(), Closed(JobEnd.DELETED.value, "deleted by the user", time.time()))
         job = f"{keys.namespace}/{keys.name}"
         leader = controller_leading(store)
         if leader is not None:

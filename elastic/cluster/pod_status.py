@@ -12,8 +12,8 @@ from typing import Any
 
 from elastic.cluster.base import WorkerObservation
 from elastic.cluster.pod_manifest import CONTAINER, WORKER_LABEL
+from elastic.policy.incident import NODE_LOST
 
-NODE_LOST = "NodeLost"
 TERMINAL_PHASES = ("Succeeded", "Failed")
 # DisruptionTarget condition reasons that mean the node went away rather than a preemption or eviction.
 _NODE_GONE_DISRUPTIONS = {"DeletionByTaintManager", "DeletionByPodGC"}

@@ -28,7 +28,7 @@ def agent_command(job: ElasticJob, endpoints: str, run_id: str, python: str = sy
     return [
         python,
         "-m",
-        "elastic.rendezvous.agent",
+        "elastic.agent",
         *recovery,
         f"--rdzv-endpoint={endpoints}",
         f"--rdzv-id={run_id}",

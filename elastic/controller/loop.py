@@ -34,11 +34,11 @@ from elastic.rendezvous.protocol import permanent_failure
 from elastic.rendezvous.run import JobRun
 from elastic.rendezvous.state import Closed
 from elastic.spec import ElasticJob
+from elastic.spec.defaults import RUN_TTL_SECONDS
 from elastic.store import JobKeys, Put, Store
 
 log = logging.getLogger(__name__)
 
-RUN_TTL_SECONDS = 3600
 
 
 def run_id_of(job: ElasticJob) -> str:

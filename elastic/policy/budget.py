@@ -1,4 +1,4 @@
-"""The job-level retry budget (DESIGN §3.2-3.4): pure arithmetic, no I/O.
+"""The job-level retry budget (docs/design.md §3.2-3.4): pure arithmetic, no I/O.
 
 The budget counts failure-caused round transitions of the whole job. A charge is keyed by the round it
 ends, which makes charging idempotent: N agents (or a controller re-running a step after a crash) that

@@ -14,7 +14,7 @@ from elastic.spec import ExitCodeOperator, RestartPolicy, Rule
 if TYPE_CHECKING:  # the failure value lives with the incident, which classifies through this module
     from elastic.policy.incident import Failure
 
-# Voluntary disruptions: the platform took the node away, the program did nothing wrong (DESIGN §3.3).
+# Voluntary disruptions: the platform took the node away, the program did nothing wrong (docs/design.md §3.3).
 PREEMPTION_REASONS = frozenset({"Evicted", "Preempted", "DisruptionTarget"})
 
 SIGNAL_BASE = 128  # shells and Kubernetes report death by signal N as exit code 128+N

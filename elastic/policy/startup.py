@@ -25,8 +25,6 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Protocol
 
-STARTUP_TIMEOUT = "StartupTimeout"
-
 
 class StartingWorker(Protocol):
     """What this policy reads of a worker: the fields of `elastic.cluster.WorkerObservation` it needs, as a

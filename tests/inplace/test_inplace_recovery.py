@@ -25,7 +25,7 @@ from harness.agents import AgentProcess, torchrun_command, wait_until
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
-IN_PLACE = (sys.executable, "-m", "elastic.rendezvous.agent", "--recovery=in-place")
+IN_PLACE = (sys.executable, "-m", "elastic.agent", "--recovery=in-place")
 DONE = re.compile(r"^done step=(\d+) applied=(\d+) checksum=(\S+) pid=(\d+)$", re.M)
 RECOVERED = re.compile(r"^recovered round=(\d+) rank=(\d+) world_size=(\d+) .* bytes=(\d+) source=(\d+)", re.M)
 

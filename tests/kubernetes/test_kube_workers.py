@@ -81,7 +81,7 @@ def test_the_pod_of_a_worker(fake: FakeApiServer, core: client.CoreV1Api) -> Non
     stored = fake.add_job(job_doc("pj"))
     job = parse_job({**job_doc("pj"), "metadata": {"name": "pj", "uid": stored["metadata"]["uid"]}})
     launch = WorkerLaunch(
-        "pj-00aa", [sys.executable, "-m", "elastic.rendezvous.agent", "--local-addr=127.0.0.1", "--no-python",
+        "pj-00aa", [sys.executable, "-m", "elastic.agent", "--local-addr=127.0.0.1", "--no-python",
                     sys.executable, "train.py"], {"ELASTIC_ETCD_ENDPOINTS": "http://etcd:2379"})  # fmt: skip
     KubernetesWorkers(core, job).start(launch)
     created = fake.pods[("default", "pj-00aa")]
@@ -89,7 +89,7 @@ def test_the_pod_of_a_worker(fake: FakeApiServer, core: client.CoreV1Api) -> Non
     container = created["spec"]["containers"][0]
     assert created["spec"]["restartPolicy"] == "Never"
     assert container["name"] == "worker" and container["image"] == "example/train:1"
-    assert container["command"] == ["python", "-m", "elastic.rendezvous.agent", "--local-addr=$(POD_IP)", "--no-python",
+    assert container["command"] == ["python", "-m", "elastic.agent", "--local-addr=$(POD_IP)", "--no-python",
                                     "python", "train.py"]  # fmt: skip
     env = {e["name"]: e.get("value") for e in container["env"]}
     assert env["ELASTIC_WORKER"] == "pj-00aa" and env["ELASTIC_ETCD_ENDPOINTS"] == "http://etcd:2379"

@@ -169,7 +169,7 @@ def test_the_controller_owns_restart_policy_labels_and_the_worker_command() -> N
     (worker,) = built["spec"]["containers"]
     assert built["spec"]["restartPolicy"] == "Never" and built["metadata"]["labels"]["app"] == "x"
     assert worker["workingDir"] == "/w" and worker["resources"] == {"limits": {"cpu": "1"}}
-    assert "elastic.rendezvous.agent" not in worker["command"][0] and worker["command"][0] == "python"
+    assert "elastic.agent" not in worker["command"][0] and worker["command"][0] == "python"
 
 
 BAD_TEMPLATES = [
@@ -367,5 +367,5 @@ def test_an_in_place_job_runs_in_place_agents_in_its_pods(fake: FakeApiServer) -
     assert stored["spec"]["recovery"] == "InPlace"
     job = parse_job({**stored, "metadata": {"name": "tj", "namespace": "default"}})
     command = pod_command(agent_command(job, "http://etcd:2379", "run-1"))
-    assert command[:4] == ["python", "-m", "elastic.rendezvous.agent", "--recovery=in-place"]
+    assert command[:4] == ["python", "-m", "elastic.agent", "--recovery=in-place"]
     assert "--recovery=in-place" not in pod_command(agent_command(parse_job(doc()), "http://etcd:2379", "run-1"))

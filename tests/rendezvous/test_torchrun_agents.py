@@ -153,7 +153,7 @@ def _rank_of(job, agent) -> int:
     raise AssertionError(f"agent {pid} not in round {members}")
 
 
-ELASTIC_AGENT = (sys.executable, "-m", "elastic.rendezvous.agent")
+ELASTIC_AGENT = (sys.executable, "-m", "elastic.agent")
 
 
 def _submit_spec(job, rules: list[dict]) -> None:

@@ -1,9 +1,12 @@
-"""`elastic agent`: torchrun with the etcd-v3 backend as default and worker exit codes reported to it.
+"""`elastic agent` (`python -m elastic.agent`): torchrun with the etcd-v3 backend as default and each
+worker's failure reported to it; `--recovery=in-place` runs the in-place agent instead.
 
-Stock torchrun never tells a rendezvous handler *why* it re-rendezvous; without an exit code, the job's
-failure rules (FailJob on exit code 3, ...) cannot be applied to a worker crash that the agent restarts in
-place. This launcher is torchrun itself (same arguments, same code path) with one addition: its agent
-hands the first failed worker's exit code to the handler before re-rendezvous. It also makes the job
+It sits above both agents (restart mode here, in-place in `elastic.inplace`), so that neither imports the
+other's layer. Stock torchrun never tells a rendezvous handler *why* it re-rendezvous; without an exit code,
+the job's failure rules (FailJob on exit code 3, ...) cannot be applied to a worker crash that the agent
+restarts in place. This launcher is torchrun itself (same arguments, same code path) with one addition: its
+agent hands its first failed worker's failure (exit code, time of death, its own error) to the handler
+before re-rendezvous. It also makes the job
 budget, not torchrun's per-agent counter, the limit that matters: `--max-restarts` defaults to a large
 number here. As it exits, the agent records its own exit code in etcd (`exit_recorded`), so that a
 controller that adopted it (and so is not its parent) still applies the exit-code rules.
