@@ -29,7 +29,6 @@ from elastic.controller.metrics_export import ControllerMetrics
 from elastic.controller.reconcile import capacity_problem
 from elastic.controller.submit import submit_job
 from elastic.errors import PermanentError
-from elastic.policy.bounds import clamp_replicas
 from elastic.rendezvous.run import JobRun
 from elastic.rendezvous.state import Closed
 from elastic.store import JobKeys, Store
@@ -96,7 +95,7 @@ def serve_metrics(args: argparse.Namespace) -> ControllerMetrics | None:
 def run_job(args: argparse.Namespace) -> int:
     job = load_to_run(args.job_file, args.resume)
     spec, cap = job.spec, process_cap(args)
-    too_many = capacity_problem(job, clamp_replicas(spec.replicas, spec.min_replicas, spec.max_replicas), cap)
+    too_many = capacity_problem(job, spec.min_replicas, cap)  # a job that fits smaller runs at what fits
     if too_many:  # known before etcd starts: nothing is started or written
         raise PermanentError(too_many)
     metrics = serve_metrics(args)

@@ -95,8 +95,13 @@ def waiting_reason(pod: dict[str, Any]) -> str | None:
     """The reason a pending pod does not run, with the message Kubernetes gives (pure): the worker or an
     init container waiting on its image or config, or the scheduler finding no node."""
     status = pod.get("status", {})
-    for condition in status.get("conditions") or []:
-        if condition.get("type") == "PodScheduled" and condition.get("reason") == "Unschedulable":
+    scheduled = [c for c in status.get("conditions") or [] if c.get("type") == "PodScheduled"]
+    gates = [g.get("name", "") for g in pod.get("spec", {}).get("schedulingGates") or []]
+    if gates or any(c.get("reason") == "SchedulingGated" for c in scheduled):
+        # held by a scheduling gate (Kueue admits it when there is quota): waiting for capacity, not failing
+        return f"SchedulingGated: {', '.join(gates)}".rstrip(": ")
+    for condition in scheduled:
+        if condition.get("reason") == "Unschedulable":
             return f"Unschedulable: {condition.get('message', '')}".rstrip(": ")
     for container in [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]:
         waiting = (container.get("state") or {}).get("waiting") or {}

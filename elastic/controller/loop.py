@@ -27,7 +27,8 @@ from elastic.controller.reconcile import (
     StopWorker,
     reconcile,
 )
-from elastic.controller.status import FINAL_PHASES, corrupt_status, job_status, parse_timestamp
+from elastic.controller.status import FINAL_PHASES, condition_since, corrupt_status, job_status, parse_timestamp
+from elastic.policy.capacity import WAITING_FOR_CAPACITY
 from elastic.policy.exits import Action
 from elastic.policy.incident import JobEnd
 from elastic.rendezvous.protocol import permanent_failure
@@ -58,6 +59,7 @@ class JobController:
         process_cap: int | None = None,
         spec_from_store: bool = True,
         metrics: ControllerMetrics | None = None,
+        processes_elsewhere: Callable[[], int] = lambda: 0,
     ) -> None:
         """`spec_from_store`: follow the spec in etcd (local and compose: `elastic scale` edits it there). On
         Kubernetes the ElasticJob object is the only truth and its driver sets `job` each pass: a spec in
@@ -68,6 +70,9 @@ class JobController:
         self.workers = workers
         self.endpoints = endpoints
         self.process_cap = process_cap  # the local machine's limit (None: workers run elsewhere, e.g. pods)
+        # What the other jobs of this controller run on the same machine: the cap is the machine's, shared.
+        self.processes_elsewhere = processes_elsewhere
+        self.processes_in_use = 0  # this job's training processes, as of its last step
         self.metrics = metrics
         self.keys = JobKeys(job.metadata.namespace, job.metadata.name)
         self.run = JobRun(store, self.keys)
@@ -96,6 +101,8 @@ class JobController:
             tuple(self.workers.observe()),
             started_at=parse_timestamp(started) if started else None,
             process_cap=self.process_cap,
+            processes_elsewhere=self.processes_elsewhere(),
+            capacity_wait_since=condition_since(self.status, WAITING_FOR_CAPACITY),
         )
 
     def _read_status(self) -> dict[str, Any]:
@@ -134,6 +141,8 @@ class JobController:
             self._appliers[type(action)](action, observed)
         if actions:
             observed = self.observe()
+        live = sum(1 for w in observed.workers if w.alive)
+        self.processes_in_use = live * observed.job.spec.nproc_per_node
         status = job_status(observed, self.status, progress)
         self._write_status(status)
         if self.metrics is not None:

@@ -63,7 +63,12 @@ class LocalControllerManager:
 
     def controller_for(self, job: ElasticJob, store: Store) -> JobController:
         workers = local_workers(store, job, self.log_root / job.metadata.namespace / job.metadata.name)
-        return JobController(store, job, workers, self.endpoints, self.process_cap, metrics=self.metrics)
+        return JobController(store, job, workers, self.endpoints, self.process_cap, metrics=self.metrics,
+                             processes_elsewhere=lambda: self.processes_besides(job.key))
+
+    def processes_besides(self, key: str) -> int:
+        """Training processes the other jobs of this controller run: the process cap is the machine's."""
+        return sum(c.processes_in_use for k, c in self.controllers.items() if k != key)
 
     def step(self, on_status: Callable[[str, dict], None] | None = None) -> bool:
         """One election step, then, while leading, one step of every job. True when this controller acted."""

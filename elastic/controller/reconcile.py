@@ -13,6 +13,7 @@ from typing import Any
 
 from elastic.cluster import WorkerObservation
 from elastic.policy.bounds import clamp_replicas
+from elastic.policy.capacity import CapacityWait, LocalFit, capacity_timed_out, capacity_wait, local_fit
 from elastic.policy.deadline import deadline_exceeded
 from elastic.policy.incident import Failure, Incident, JobEnd, RoundEnd, incident_of
 from elastic.policy.startup import startup_timed_out
@@ -27,7 +28,15 @@ class Observed:
     workers: tuple[WorkerObservation, ...]
     started_at: float | None = None  # when the controller first saw the job (status.startTime)
     now: float = field(default_factory=time.time)
-    process_cap: int | None = None  # most training processes the workers may run together (local); None: no cap
+    process_cap: int | None = None  # the machine's training processes for all jobs (local); None: no cap
+    processes_elsewhere: int = 0  # training processes other jobs of this controller run (local)
+    capacity_wait_since: float | None = None  # since when the job waits for capacity (its condition's time)
+
+    @property
+    def trained(self) -> bool:
+        """A round of this run sealed once: below min is a wait for capacity from now on, not a slow start."""
+        current = self.state.round
+        return current is not None and (current.sealed or current.number > 0)
 
 
 # --- actions ---
@@ -90,9 +99,15 @@ def reconcile(observed: Observed) -> list[ControllerAction]:
         return _wind_down(observed)
     if deadline_exceeded(observed.started_at, observed.now, spec.active_deadline_seconds):
         return [CloseJob(JobEnd.DEADLINE_EXCEEDED, f"activeDeadlineSeconds ({spec.active_deadline_seconds} s) passed")]
-    stuck = startup_timed_out(observed.workers, observed.now, spec.startup_timeout_seconds, spec.min_replicas)
-    if stuck:
-        return [CloseJob(JobEnd.STARTUP_TIMEOUT, stuck)]
+    if not observed.trained:  # startupTimeoutSeconds bounds the time to the first sealed round only
+        stuck = startup_timed_out(observed.workers, observed.now, spec.startup_timeout_seconds, spec.min_replicas)
+        if stuck:
+            return [CloseJob(JobEnd.STARTUP_TIMEOUT, stuck)]
+    waiting = waiting_for_capacity(observed)
+    if waiting is not None and capacity_timed_out(observed.capacity_wait_since, observed.now,
+                                                  spec.capacity_timeout_seconds):
+        return [CloseJob(JobEnd.CAPACITY_TIMEOUT, f"{waiting.message} for more than spec.capacityTimeoutSeconds "
+                                                  f"({spec.capacity_timeout_seconds} s)")]
     chief = _chief_done(observed)
     if chief is not None:
         return [CloseJob(JobEnd.SUCCEEDED, f"rank 0 ({chief}) finished with exit 0 (successPolicy Rank0)")]
@@ -117,10 +132,12 @@ def reconcile(observed: Observed) -> list[ControllerAction]:
     running = [w for w in observed.workers if w.alive and not w.stopping]
     missing = desired - len(running) - len(finished)
     if missing > 0 and not finished:
-        too_many = capacity_problem(observed.job, len(running) + missing, observed.process_cap)
-        if too_many:
-            return [*actions, CloseJob(JobEnd.TOO_MANY_PROCESSES, too_many)]
-        actions.append(StartWorkers(missing))
+        never = capacity_problem(observed.job, spec.min_replicas, observed.process_cap)
+        if never:
+            return [*actions, CloseJob(JobEnd.TOO_MANY_PROCESSES, never)]
+        fit = fitting(observed)
+        if fit.start:
+            actions.append(StartWorkers(fit.start))
     elif len(running) > desired:
         for worker in _newest_first(running)[: len(running) - desired]:
             member = member_of(worker.name, state.members)
@@ -128,20 +145,36 @@ def reconcile(observed: Observed) -> list[ControllerAction]:
     return actions
 
 
-def capacity_problem(job: ElasticJob, workers: int, process_cap: int | None) -> str | None:
-    """Why `workers` workers of this job would be more training processes than the cap allows, or None.
+def fitting(observed: Observed) -> LocalFit:
+    """How many of the workers the job lacks start now: what the machine's process cap leaves (local)."""
+    spec = observed.job.spec
+    desired = clamp_replicas(spec.replicas, spec.min_replicas, spec.max_replicas)
+    running = sum(1 for w in observed.workers if w.alive and not w.stopping)
+    finished = sum(1 for w in observed.workers if _finished(w, observed.state))
+    return local_fit(desired - running - finished, running, spec.min_replicas, spec.nproc_per_node,
+                     observed.process_cap, observed.processes_elsewhere)
 
-    Checked before a single worker starts, so a `maxReplicas: 1000000000` with `replicas` unset fails the
-    job with this message instead of forking until the machine gives up.
+
+def waiting_for_capacity(observed: Observed) -> CapacityWait | None:
+    """The job trained before and is below minReplicas now: it waits for capacity (free), and why."""
+    fit = fitting(observed)
+    shortfall = fit.limited if fit.start == 0 else None
+    return capacity_wait(observed.workers, observed.job.spec.min_replicas, observed.trained, shortfall)
+
+
+def capacity_problem(job: ElasticJob, workers: int, process_cap: int | None) -> str | None:
+    """Why even `workers` workers of this job (its minReplicas) are more training processes than the machine
+    runs, or None: such a job could never run here, so it fails before a single worker starts (a job that fits
+    smaller runs at what fits instead, see `fitting`).
     """
     nproc = job.spec.nproc_per_node
     if process_cap is None or workers * nproc <= process_cap:
         return None
-    replicas = "spec.replicas" if job.spec.replicas is not None else "spec.maxReplicas (replicas is unset)"
     return (
-        f"job {job.key} needs {workers} worker(s) x nprocPerNode {nproc} = {workers * nproc} training processes, "
-        f"more than the {process_cap} this machine runs (--max-local-processes, $ELASTIC_MAX_LOCAL_PROCESSES; "
-        f"default 4 per CPU); lower {replicas} or spec.nprocPerNode, or raise the cap"
+        f"job {job.key} needs at least {workers} worker(s) x nprocPerNode {nproc} = {workers * nproc} training "
+        f"processes, more than the {process_cap} this machine runs (--max-local-processes, "
+        f"$ELASTIC_MAX_LOCAL_PROCESSES; default 4 per CPU); lower spec.minReplicas or spec.nprocPerNode, or "
+        "raise the cap"
     )
 
 

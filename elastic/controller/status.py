@@ -11,9 +11,10 @@ from datetime import datetime, timezone
 from typing import Any
 
 from elastic.codec import CORRUPT_STATE, STATUS_TIME_FORMAT, CorruptValueError
-from elastic.controller.reconcile import Observed
+from elastic.controller.reconcile import Observed, fitting, waiting_for_capacity
 from elastic.policy.bounds import clamp_replicas
 from elastic.policy.budget import Budget
+from elastic.policy.capacity import CAPACITY_LIMITED, WAITING_FOR_CAPACITY
 from elastic.rendezvous.state import JobState
 
 CREATED, RUNNING, RESTARTING, SUCCEEDED, FAILED = "Created", "Running", "Restarting", "Succeeded", "Failed"
@@ -62,6 +63,9 @@ def job_status(observed: Observed, previous: dict[str, Any] | None, progress: di
     previous = previous or {}
     spec, state, now = observed.job.spec, observed.state, observed.now
     phase, reason, message = phase_of(state)
+    waiting = waiting_for_capacity(observed)
+    if waiting is not None and phase not in FINAL_PHASES:
+        reason, message = WAITING_FOR_CAPACITY, waiting.message
     desired = clamp_replicas(spec.replicas, spec.min_replicas, spec.max_replicas)
     # Only ready workers are active (what /scale reports to an HPA): a pod pulling its image is not.
     active = sum(1 for w in observed.workers if w.alive and w.ready and not w.stopping)
@@ -71,8 +75,11 @@ def job_status(observed: Observed, previous: dict[str, Any] | None, progress: di
         "phase": phase,
         "reason": reason,
         "message": message,
-        "conditions": _waiting_condition(
-            _conditions(previous.get("conditions", []), phase, reason, message, now),
+        "conditions": _capacity_conditions(
+            _waiting_condition(
+                _conditions(previous.get("conditions", []), phase, reason, message, now),
+                previous.get("conditions", []), observed, now,
+            ),
             previous.get("conditions", []), observed, now,
         ),
         "round": state.round.number if state.round else 0,
@@ -119,20 +126,57 @@ def _waiting_condition(conditions: list[dict], previous: list[dict], observed: O
     its config is missing), with the first such reason and message; False once none is stuck. Without it
     a job sits in `Created` with nothing said."""
     stuck = sorted((w.name, w.waiting) for w in observed.workers if w.alive and not w.stopping and w.waiting)
-    old = next((c for c in previous if c.get("type") == WORKERS_WAITING), None)
-    if not stuck and old is None:
-        return conditions
-    status = "True" if stuck else "False"
     if stuck:
         name, waiting = stuck[0]
         reason, message = waiting.split(":", 1)[0], f"worker {name}: {waiting}" + (
             f" (and {len(stuck) - 1} more)" if len(stuck) > 1 else "")  # fmt: skip
     else:
         reason, message = "AllStarted", "every worker is running"
+    return _flag(conditions, previous, WORKERS_WAITING, bool(stuck), reason, message, now)
+
+
+def _capacity_conditions(conditions: list[dict], previous: list[dict], observed: Observed, now: float) -> list[dict]:
+    """`WaitingForCapacity` True while a job that trained is below minReplicas (its time is when the wait
+    began: `capacityTimeoutSeconds` counts from it); `CapacityLimited` True while it runs below its desired
+    size because the machine has no room for more (local)."""
+    waiting = waiting_for_capacity(observed)
+    conditions = _flag(conditions, previous, WAITING_FOR_CAPACITY, waiting is not None,
+                       waiting.reason if waiting else "", waiting.message if waiting else "", now,
+                       ("EnoughWorkers", "at least minReplicas workers are ready"))
+    limited = fitting(observed).limited if waiting is None else None
+    return _flag(conditions, previous, CAPACITY_LIMITED, limited is not None, "LocalCapacity", limited or "", now,
+                 ("DesiredSize", "every wanted worker runs"))
+
+
+def _flag(
+    conditions: list[dict], previous: list[dict], kind: str, true: bool, reason: str, message: str, now: float,
+    otherwise: tuple[str, str] | None = None,
+) -> list[dict]:
+    """A condition that is shown once it was True: True with `reason`/`message`, then False (with `otherwise`
+    as its reason and message, else the same ones); its time changes only when it flips."""
+    old = next((c for c in previous if c.get("type") == kind), None)
+    if not true and old is None:
+        return conditions
+    status = "True" if true else "False"
+    if not true and otherwise is not None:
+        reason, message = otherwise
     since = old["lastTransitionTime"] if old and old.get("status") == status else timestamp(now)
-    condition = {"type": WORKERS_WAITING, "status": status, "reason": reason, "message": message,
-                 "lastTransitionTime": since}  # fmt: skip
+    condition = {"type": kind, "status": status, "reason": reason, "message": message, "lastTransitionTime": since}
     return [*conditions, condition]
+
+
+def condition_since(status: dict[str, Any], kind: str) -> float | None:
+    """When a True condition of this status became True, at the latest (None: not True, or no time recorded).
+
+    Condition times are whole seconds (Kubernetes' format): the end of that second is returned, so a timeout
+    counted from it never fires early (it may fire up to a second late)."""
+    found = next((c for c in status.get("conditions", []) if c.get("type") == kind), None)
+    if not found or found.get("status") != "True" or not isinstance(found.get("lastTransitionTime"), str):
+        return None
+    try:
+        return parse_timestamp(found["lastTransitionTime"]) + 1.0
+    except ValueError:
+        return None
 
 
 def _conditions(previous: list[dict[str, Any]], phase: str, reason: str, message: str, now: float) -> list[dict]:

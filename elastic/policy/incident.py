@@ -53,6 +53,7 @@ class JobEnd(str, Enum):
     FAIL_JOB_RULE = "FailJobRule"
     DEADLINE_EXCEEDED = "DeadlineExceeded"
     STARTUP_TIMEOUT = "StartupTimeout"
+    CAPACITY_TIMEOUT = "CapacityTimeout"
     WORKER_START_FAILED = "WorkerStartFailed"
     TOO_MANY_PROCESSES = "TooManyLocalProcesses"
     DELETED = "Deleted"

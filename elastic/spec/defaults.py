@@ -24,5 +24,9 @@ JOIN_TIMEOUT_SECONDS = 600
 TORCHRUN_JOIN_TIMEOUT_SECONDS = 900
 # How long a Pending worker may keep a job that cannot train from failing with StartupTimeout.
 STARTUP_TIMEOUT_SECONDS = 600
+# How long a job that trained, then fell below minReplicas, waits for capacity before it fails (0: forever).
+# An hour: spot capacity usually comes back within minutes, and an hour of a stuck job is what an on-call
+# engineer notices in time.
+CAPACITY_TIMEOUT_SECONDS = 3600
 # How long a run's keys outlive its last agent (its job lease): nothing of a finished run stays in etcd.
 RUN_TTL_SECONDS = 3600

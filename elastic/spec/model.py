@@ -467,9 +467,16 @@ class ElasticJobSpec(_Model):
     startup_timeout_seconds: Int32 = Field(
         default=defaults.STARTUP_TIMEOUT_SECONDS,
         ge=1,
-        description="While fewer than minReplicas workers are ready, a worker pod still Pending (unschedulable, "
-        "pulling or failing to pull its image, init containers) this long after its creation fails the job "
-        "with reason StartupTimeout.",
+        description="Before the job's first round sealed, while fewer than minReplicas workers are ready, a "
+        "worker pod still Pending (unschedulable, pulling or failing to pull its image, init containers) this long "
+        "after its creation fails the job with reason StartupTimeout.",
+    )
+    capacity_timeout_seconds: Int32 = Field(
+        default=defaults.CAPACITY_TIMEOUT_SECONDS,
+        ge=0,
+        description="After the job trained, fewer than minReplicas ready workers (capacity reclaimed, preempted, "
+        "unschedulable, a full machine) is a free wait (condition WaitingForCapacity); this long after it began "
+        "the job fails with reason CapacityTimeout. 0 waits forever.",
     )
     ttl_seconds_after_finished: Int32 | None = Field(default=None, ge=0)
     checkpoint_dir: NonEmptyProcessText | None = Field(

@@ -162,13 +162,15 @@ def test_replicas_outside_the_bounds_is_a_warning_naming_the_clamped_value(verb,
 
 def test_run_refuses_more_processes_than_the_machine_takes_before_starting_anything(tmp_path, capsys) -> None:
     path = tmp_path / "job.yaml"
-    path.write_text(yaml.safe_dump(broken("spec.maxReplicas", 1_000_000_000)))
+    doc = broken("spec.maxReplicas", 1_000_000_000)
+    doc["spec"]["minReplicas"] = 1_000_000_000  # it can never run here (one that fits smaller runs at what fits)
+    path.write_text(yaml.safe_dump(doc))
     started = time.monotonic()
     code = main(["run", str(path), "--max-local-processes", "8", "--log-dir", str(tmp_path / "logs")])
     err = capsys.readouterr().err
     assert code == 1 and time.monotonic() - started < 2, "refused before a managed etcd is even started"
     assert err.count("\n") == 1 and "1000000000 training processes, more than the 8" in err, err
-    assert "spec.maxReplicas (replicas is unset)" in err and "--max-local-processes" in err, err
+    assert "spec.minReplicas" in err and "--max-local-processes" in err, err
     assert not (tmp_path / "logs").exists()
 
 

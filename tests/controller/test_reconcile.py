@@ -15,7 +15,7 @@ from elastic.controller.reconcile import (
     StopWorker,
     reconcile,
 )
-from elastic.controller.status import job_status
+from elastic.controller.status import condition_since, job_status
 from elastic.policy.budget import Budget, Charge
 from elastic.policy.exits import Action
 from elastic.rendezvous.state import Closed, Departure, JobState, Member, Round
@@ -137,28 +137,48 @@ def test_final_phase_follows_the_closed_reason(closed, phase) -> None:
 
 
 CAPACITY = [
-    pytest.param({}, None, (), "start", id="no cap (pods elsewhere): start what is missing"),
-    pytest.param({}, 2, (), "start", id="two workers of one process fit a cap of 2"),
-    pytest.param({}, 1, (), "close", id="two workers do not fit a cap of 1: fail before starting one"),
-    pytest.param({"nprocPerNode": 4}, 7, (), "close", id="nprocPerNode counts: 2 x 4 is over 7"),
-    pytest.param({"replicas": 3}, 2, (alive("w1"), alive("w2")), "close",
-                 id="scaling a running job past the cap fails it instead of starting the third"),
-    pytest.param({"replicas": 2}, 2, (alive("w1"), alive("w2")), "none", id="a job at its size asks nothing"),
-    pytest.param({"maxReplicas": 1_000_000_000, "replicas": None}, 8, (), "close",
-                 id="maxReplicas 10^9 with replicas unset fails at once"),
+    pytest.param({}, None, (), "start", 2, id="no cap (pods elsewhere): start what is missing"),
+    pytest.param({}, 2, (), "start", 2, id="two workers of one process fit a cap of 2"),
+    pytest.param({}, 1, (), "close", 0, id="minReplicas 2 can never fit a cap of 1: fail before starting one"),
+    pytest.param({"nprocPerNode": 4}, 7, (), "close", 0, id="nprocPerNode counts: min 2 x 4 is over 7"),
+    pytest.param({"replicas": 3}, 2, (alive("w1"), alive("w2")), "none", 0,
+                 id="scaling a running job past the cap runs it at what fits (issue 21: it used to fail)"),
+    pytest.param({"replicas": 2}, 2, (alive("w1"), alive("w2")), "none", 0, id="a job at its size asks nothing"),
+    pytest.param({"maxReplicas": 1_000_000_000, "replicas": None}, 8, (), "start", 8,
+                 id="maxReplicas 10^9 with replicas unset runs at the 8 that fit (issue 21: it used to fail)"),
+    pytest.param({"minReplicas": 1_000_000_000, "maxReplicas": 1_000_000_000, "replicas": None}, 8, (), "close", 0,
+                 id="minReplicas 10^9 can never fit: fails at once"),
+    pytest.param({"minReplicas": 1, "maxReplicas": 8, "replicas": 8, "nprocPerNode": 2}, 8, (), "start", 4,
+                 id="min 1 max 8 at 2 per node under a cap of 8 runs 4 agents"),
 ]  # fmt: skip
 
 
-@pytest.mark.parametrize(("spec", "cap", "workers", "expected"), CAPACITY)
-def test_the_local_process_cap_is_checked_before_any_worker_starts(spec, cap, workers, expected) -> None:
+@pytest.mark.parametrize(("spec", "cap", "workers", "expected", "started"), CAPACITY)
+def test_the_local_process_cap_is_checked_before_any_worker_starts(spec, cap, workers, expected, started) -> None:
     actions = reconcile(Observed(job(**spec), RUNNING, workers, process_cap=cap))
     kinds = {"start": [StartWorkers], "close": [CloseJob], "none": []}[expected]
     assert [type(a) for a in actions] == kinds, actions
     if expected == "close":
         assert actions[0].reason == "TooManyLocalProcesses" and f"more than the {cap}" in actions[0].message
+        assert "spec.minReplicas" in actions[0].message
+    if expected == "start":
+        assert actions[0].count == started
+
+
+def test_a_job_waits_while_other_jobs_hold_the_machine_and_grows_when_they_end() -> None:
+    spec = job(minReplicas=2, maxReplicas=4, replicas=4)
+    assert reconcile(Observed(spec, RUNNING, (), process_cap=8, processes_elsewhere=7)) == [], "1 slot < min 2"
+    assert reconcile(Observed(spec, RUNNING, (), process_cap=8, processes_elsewhere=5)) == [StartWorkers(3)]
+    two = (alive("w1"), alive("w2"))
+    assert reconcile(Observed(spec, RUNNING, two, process_cap=8, processes_elsewhere=6)) == []
+    assert reconcile(Observed(spec, RUNNING, two, process_cap=8, processes_elsewhere=0)) == [StartWorkers(2)]
 
 
 STUCK = WorkerObservation("w2", True, started_at=100.0, ready=False, waiting="ImagePullBackOff: no", pending=True)
+GATHERING = JobState(run_id="r", round=Round(0), budget=Budget(3))  # no round sealed yet: the job never trained
+UNSCHEDULABLE = WorkerObservation("w2", True, started_at=100.0, ready=False, pending=True,
+                                  waiting="Unschedulable: 0/4 nodes are available")
+GATED = WorkerObservation("w2", True, started_at=100.0, ready=False, pending=True, waiting="SchedulingGated")
 
 
 @pytest.mark.parametrize(
@@ -171,8 +191,50 @@ STUCK = WorkerObservation("w2", True, started_at=100.0, ready=False, waiting="Im
     ],
 )
 def test_a_worker_that_never_starts_fails_the_job_only_when_it_cannot_train(spec, now, expected) -> None:
-    actions = reconcile(observed(workers=(alive("w1"), STUCK), spec=job(**spec), now=now))
+    actions = reconcile(observed(state=GATHERING, workers=(alive("w1"), STUCK), spec=job(**spec), now=now))
     assert [a.reason for a in actions if isinstance(a, CloseJob)] == expected
     if expected:
         (close,) = actions
         assert "worker w2" in close.message and "ImagePullBackOff" in close.message
+
+
+@pytest.mark.parametrize(
+    ("workers", "since", "now", "spec", "expected"),
+    [
+        pytest.param((alive("w1"), UNSCHEDULABLE), None, 1e6, {}, [],
+                     id="a job that trained and lost a worker to an unschedulable pod waits, never StartupTimeout"),
+        pytest.param((alive("w1"), GATED), 1000.0, 1000.0 + 3599, {}, [],
+                     id="a SchedulingGated pod is waiting: within the default hour nothing fails"),
+        pytest.param((alive("w1"), UNSCHEDULABLE), 1000.0, 1000.0 + 3600, {}, ["CapacityTimeout"],
+                     id="an hour below min after it began: CapacityTimeout"),
+        pytest.param((alive("w1"), UNSCHEDULABLE), 1000.0, 1e9, {"capacityTimeoutSeconds": 0}, [],
+                     id="capacityTimeoutSeconds 0 waits forever"),
+        pytest.param((alive("w1"), alive("w2")), 1000.0, 1e9, {}, [],
+                     id="back at min: no wait, nothing fails"),
+    ],
+)  # fmt: skip
+def test_below_min_after_training_is_a_free_wait_bounded_by_its_own_timeout(workers, since, now, spec, expected):
+    seen = Observed(job(**spec), RUNNING, workers, now=now, capacity_wait_since=since)
+    assert [a.reason for a in reconcile(seen) if isinstance(a, CloseJob)] == expected
+    if expected:
+        assert "spec.capacityTimeoutSeconds (3600 s)" in reconcile(seen)[-1].message
+    assert not any(isinstance(a, HandleExit) for a in reconcile(seen)), "waiting is never charged"
+
+
+def test_a_job_waiting_for_capacity_says_so_and_when_it_began() -> None:
+    seen = Observed(job(), RUNNING, (alive("w1"), UNSCHEDULABLE), now=5000.0)
+    status = job_status(seen, None, None)
+    assert status["reason"] == "WaitingForCapacity" and "1 of minReplicas 2" in status["message"], status
+    waiting = next(c for c in status["conditions"] if c["type"] == "WaitingForCapacity")
+    assert (waiting["status"], waiting["reason"]) == ("True", "Unschedulable"), waiting
+    assert condition_since(status, "WaitingForCapacity") == 5001.0, "whole seconds: the end of the second"
+    back = job_status(Observed(job(), RUNNING, TWO_ALIVE, now=6000.0), status, None)
+    assert condition_since(back, "WaitingForCapacity") is None and back["reason"] == "RoundSealed"
+
+
+def test_a_job_running_below_its_desired_size_for_want_of_room_says_so() -> None:
+    spec = job(minReplicas=1, maxReplicas=8, replicas=8, nprocPerNode=2)
+    four = tuple(alive(f"w{i}") for i in range(4))
+    status = job_status(Observed(spec, RUNNING, four, process_cap=8), None, None)
+    (limited,) = [c for c in status["conditions"] if c["type"] == "CapacityLimited"]
+    assert limited["status"] == "True" and "4 of 8 wanted worker(s) fit" in limited["message"], limited

@@ -80,19 +80,20 @@ def test_a_working_dir_that_does_not_exist_fails_the_job_with_the_os_error(store
 
 
 def test_more_processes_than_the_machine_cap_fail_the_job_before_any_starts(store: Store, tmp_path: Path) -> None:
-    submitted = submit_job(store, job("huge", maxReplicas=1_000_000_000))  # replicas unset: wants 10^9
+    # replicas unset and minReplicas 10^9: it can never run here (one that fits smaller runs at what fits)
+    submitted = submit_job(store, job("huge", minReplicas=1_000_000_000, maxReplicas=1_000_000_000))
     ctl = controller(store, submitted, tmp_path / "logs", process_cap=8)
     started = time.monotonic()
     status = run_until_final(ctl)
     assert time.monotonic() - started < 5
     assert (status["phase"], status["reason"]) == ("Failed", TOO_MANY_PROCESSES), status
     assert "1000000000 training processes, more than the 8" in status["message"], status
-    assert "spec.maxReplicas (replicas is unset)" in status["message"], status
+    assert "spec.minReplicas" in status["message"], status
     assert ctl.workers.observe() == [] and not (tmp_path / "logs").exists(), "not a single worker was started"
 
 
 def test_nproc_per_node_counts_towards_the_cap(store: Store, tmp_path: Path) -> None:
-    submitted = submit_job(store, job("wide", maxReplicas=2, nprocPerNode=5))
+    submitted = submit_job(store, job("wide", minReplicas=2, maxReplicas=2, nprocPerNode=5))
     status = run_until_final(controller(store, submitted, tmp_path / "logs", process_cap=8))
     assert status["reason"] == TOO_MANY_PROCESSES and "2 worker(s) x nprocPerNode 5 = 10" in status["message"]
 
