@@ -19,6 +19,7 @@ import sys
 import threading
 import time
 
+from torch.distributed.elastic.multiprocessing.api import SignalException
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 from torch.distributed.elastic.rendezvous import (
     RendezvousClosedError,
@@ -185,6 +186,10 @@ class EtcdV3RendezvousHandler(RendezvousHandler):
         ending = sys.exc_info()[1]
         if isinstance(ending, RendezvousStateError):
             self._leave(RoundEnd.CORRUPT_STATE)
+        elif isinstance(ending, SignalException):
+            # SIGTERM is notice (a pod deleted with grace, a spot reclaim): leave as a stop on purpose, free,
+            # before the workers are stopped, so that the survivors carry on (docs/design.md §3.3)
+            self._leave(RoundEnd.PREEMPTED)
         elif isinstance(ending, ChildFailedError):
             self.report_worker_failure(*_first_failure(ending))
             self._leave(None)

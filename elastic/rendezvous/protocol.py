@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from elastic.policy.bounds import round_can_seal
+from elastic.policy.bounds import clamp_replicas, round_can_seal
 from elastic.policy.budget import Charge, charge, exhausted_message
 from elastic.policy.exits import Action
 from elastic.policy.incident import Incident, JobEnd, RoundEnd
@@ -104,13 +104,23 @@ def join_step(state: JobState, me: str, settings: Settings, quiet_for: float, af
         (m for m in state.members.values() if m.target == current.number), key=lambda m: rank_order(m, current)
     )
     if round_can_seal(
-        len(gathered), settings.min_nodes, settings.max_nodes, quiet_for, settings.last_call_seconds,
+        len(gathered), settings.min_nodes, seal_at(state, settings), quiet_for, settings.last_call_seconds,
         stragglers(state, current, {m.id for m in gathered}),
     ):
         return Seal(current, {m.id: rank for rank, m in enumerate(gathered[: settings.max_nodes])})
     if len(gathered) >= settings.min_nodes:
         return Wait(max(settings.last_call_seconds - quiet_for, 0.0))
     return Wait(None)
+
+
+def seal_at(state: JobState, settings: Settings) -> int:
+    """How many members seal a round at once, with no last call: the job's desired size when the controller
+    wrote its spec (a scale-up, or a spare, that brings the round to it need not wait), else max nodes."""
+    job = state.spec
+    if job is None:
+        return settings.max_nodes
+    spec = job.spec
+    return min(clamp_replicas(spec.replicas, spec.min_replicas, spec.max_replicas), settings.max_nodes)
 
 
 def stragglers(state: JobState, current: Round, gathered: set[str]) -> int | None:

@@ -21,6 +21,7 @@ from elastic.rendezvous.protocol import (
     membership_change,
 )
 from elastic.rendezvous.state import Closed, Departure, JobState, Member, Round
+from elastic.spec import parse_job
 from elastic.store import dumps
 
 MEMBER_LOST, ROUND_ENDED, SCALE_UP = RoundEnd.MEMBER_LOST, RoundEnd.ROUND_ENDED, RoundEnd.SCALE_UP
@@ -158,3 +159,15 @@ def test_exhausted_message_names_budget_and_last_incident() -> None:
     assert exhausted_message(spent) == (
         "restart budget spent: 2 failure(s) > maxRestarts 1; last: round 2, MemberLost: node n2"
     )
+
+
+def test_a_round_that_reaches_the_desired_size_seals_at_once() -> None:
+    """Scale-up without waiting (issue 21): desired 3 of max 4, all three gathered, no last call waited."""
+    job = parse_job({"apiVersion": "elastic.dev/v1alpha1", "kind": "ElasticJob", "metadata": {"name": "j"},
+                     "spec": {"minReplicas": 1, "maxReplicas": 4, "replicas": 3,
+                              "worker": {"command": ["python", "t.py"]}}})  # fmt: skip
+    settings = Settings(min_nodes=1, max_nodes=4, last_call_seconds=2.0)
+    three = JobState(round=OPEN0, members={i: m(i, 0) for i in "abc"}, spec=job)
+    assert join_step(three, "a", settings, 0.0, None) == Seal(OPEN0, {"a": 0, "b": 1, "c": 2})
+    two = JobState(round=OPEN0, members={i: m(i, 0) for i in "ab"}, spec=job)
+    assert join_step(two, "a", settings, 0.0, None) == Wait(2.0), "below the desired size the last call holds"
