@@ -1,0 +1,110 @@
+"""The training loop every script of the compatibility corpus shares.
+
+Scripts import it from their own directory, which is `sys.path[0]` under any launcher (that much of the
+script's identity is checked by every case). A script prints what it observed as `result KEY=VALUE` lines
+and writes files under `--out` (relative to the working directory); the test compares both between stock
+torchrun and an in-place agent. Rank 1 exits 1 once at `--crash-at-step` (a marker file under `--out`
+makes it once per job), so every case also runs its checks again in a replacement (in place) or in a
+restarted worker (torchrun).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+from elastic.train import Session
+
+FEATURES, CLASSES, SAMPLES, BATCH = 8, 2, 64, 8
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--steps", type=int, default=12)
+    parser.add_argument("--crash-at-step", type=int, default=-1)
+    parser.add_argument("--out", type=Path, default=Path("out"))
+    return parser.parse_args(argv)
+
+
+def emit(key: str, value: object) -> None:
+    """One observation; the test compares the set of them between launchers."""
+    print(f"result {key}={value}", flush=True)
+
+
+def rank_dataset() -> TensorDataset:
+    """This rank's share of a fixed dataset (data parallel: rank r takes every world_size-th sample)."""
+    generator = torch.Generator().manual_seed(1234)
+    x = torch.randn(SAMPLES, FEATURES, generator=generator)
+    y = (x[:, 0] > 0).long()
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    return TensorDataset(x[rank::world], y[rank::world])
+
+
+class StepBatches:
+    """Batch `step` of a shuffled loader: epoch `step // batches`, shuffled by a generator seeded with the
+    epoch, so any process (a restarted one, a replacement) finds the same batch for the same step."""
+
+    def __init__(self, make_loader: Callable[[torch.Generator], DataLoader]) -> None:
+        self.make_loader = make_loader
+        self.next_step = -1
+        self.batches: Iterator[list[torch.Tensor]] = iter(())
+
+    def __call__(self, step: int) -> list[torch.Tensor]:
+        per_epoch = SAMPLES // BATCH // int(os.environ["WORLD_SIZE"])
+        epoch, index = divmod(step, per_epoch)
+        if index == 0 or step != self.next_step:
+            self.batches = iter(self.make_loader(torch.Generator().manual_seed(epoch)))
+            for _ in range(index):
+                next(self.batches)
+        self.next_step = step + 1
+        return next(self.batches)
+
+
+def train(args: argparse.Namespace, batch_at: Callable[[int], list[torch.Tensor]],
+          checks: Callable[[], None] = lambda: None, model: nn.Module | None = None) -> None:
+    """Data-parallel SGD under `Session`; `checks` run once the session holds its process group (and, in
+    place, its etcd watch), in every process that starts the script: a replacement too."""
+    torch.manual_seed(0)
+    net = model if model is not None else nn.Linear(FEATURES, CLASSES)
+    optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
+
+    def state_dict() -> dict:
+        return {"model": net.state_dict(), "optimizer": optimizer.state_dict()}
+
+    def load_state_dict(state: dict) -> None:
+        net.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+
+    with Session(state_dict, load_state_dict) as session:
+        checks()
+        for step in session.steps(args.steps):
+            crash_once(args, step, session.rank)
+            x, y = batch_at(step)
+            F.cross_entropy(net(x), y).backward()
+            if session.allreduce_gradients(net):
+                optimizer.step()
+                session.commit()
+            optimizer.zero_grad()
+        checksum = sum(float(p.double().sum()) for p in net.parameters())
+        emit(f"checksum.rank{session.rank}", f"{checksum:.6f}")
+
+
+def crash_once(args: argparse.Namespace, step: int, rank: int) -> None:
+    if step != args.crash_at_step or rank != 1:
+        return
+    marker = args.out / "crashed"
+    try:
+        marker.touch(exist_ok=False)
+    except FileExistsError:
+        return
+    # No flush, then an exit that skips Python's own: the line reaches the log only if stdout is unbuffered
+    # (PYTHONUNBUFFERED, as the harness sets for torchrun too).
+    print(f"crashing rank={rank} step={step} pid={os.getpid()}")
+    os._exit(1)

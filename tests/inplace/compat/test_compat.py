@@ -1,0 +1,84 @@
+"""Real training scripts run in place exactly as under stock torchrun (issue 28).
+
+Each script of this corpus is a small data-parallel training loop that exercises one part of what a
+script may expect of its process (worker processes, its own identity, its signal handlers, ...). Each runs
+twice on a real etcd, 1 agent x 2 workers, with rank 1 crashing once: under `elastic agent` in restart mode
+(torchrun's own agent: every worker restarted) and under `elastic agent --recovery=in-place` (the crashed
+worker replaced by a fork of the warm zygote). What the script printed as `result` lines, the files it
+wrote and the exit code must be the same.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from elastic.agents import AgentProcess, torchrun_command
+from elastic.store.server import EtcdServer
+
+pytestmark = pytest.mark.slow
+
+HERE = Path(__file__).resolve().parent
+RESTART = (sys.executable, "-m", "elastic.rendezvous.agent")
+IN_PLACE = (*RESTART, "--recovery=in-place")
+RESULT = re.compile(r"^result (\S+?)=(.*)$", re.M)
+CRASH_AT_STEP = 5
+RUN_SECONDS = 150
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a user sees of one run: the exit code, the script's observations and files, the log."""
+
+    exit_code: int
+    results: frozenset[tuple[str, str]]
+    files: dict[str, str]
+    output: str
+
+
+def run(etcd: EtcdServer, root: Path, launcher: Sequence[str], script: str | None = None,
+        module: str | None = None, args: Sequence[str] = (), env: dict[str, str] | None = None) -> Outcome:
+    """One job of one agent with two workers, in `root` as its working directory; rank 1 crashes once."""
+    root.mkdir(parents=True)
+    (root / "out").mkdir()
+    script_args = [*args, "--crash-at-step", str(CRASH_AT_STEP), "--out", "out"]
+    command = torchrun_command(etcd.client_url, f"compat-{root.parent.name}-{root.name}"[:60], "1:1",
+                               script_args, conf={"lease_seconds": 3, "last_call_seconds": 1},
+                               launcher=launcher, nproc_per_node=2, module=module,
+                               **({"script": HERE / script} if script else {}))  # fmt: skip
+    agent = AgentProcess(command, root / "agent.log", env=env, cwd=root).start()
+    try:
+        code = agent.wait(RUN_SECONDS)
+    finally:
+        agent.stop()
+    output = agent.output()
+    files = {str(p.relative_to(root / "out")): p.read_text() for p in sorted((root / "out").rglob("*"))
+             if p.is_file() and p.name != "crashed" and p.parent.name != "per-process"}
+    return Outcome(code, frozenset(RESULT.findall(output)), files, output)
+
+
+def run_both(etcd: EtcdServer, root: Path, **kwargs: object) -> tuple[Outcome, Outcome]:
+    """The same job under restart mode and in place; both crashed once and ended as the script decides."""
+    restart = run(etcd, root / "restart", RESTART, **kwargs)
+    in_place = run(etcd, root / "in-place", IN_PLACE, **kwargs)
+    for outcome in (restart, in_place):
+        assert outcome.output.count("crashing rank=1") == 1, outcome.output[-5000:]
+    assert "replaced in place" in in_place.output, in_place.output[-5000:]
+    return restart, in_place
+
+
+def assert_same(restart: Outcome, in_place: Outcome) -> None:
+    assert in_place.exit_code == restart.exit_code == 0, in_place.output[-6000:]
+    assert in_place.results == restart.results, (sorted(in_place.results ^ restart.results), in_place.output[-4000:])
+    assert in_place.files == restart.files
+
+
+def test_a_shuffled_dataloader_with_worker_processes_trains_in_place(etcd_server: EtcdServer, tmp_path: Path) -> None:
+    restart, in_place = run_both(etcd_server, tmp_path, script="dataloader_default.py")
+    assert_same(restart, in_place)
+    assert {key for key, _ in in_place.results} == {"checksum.rank0", "checksum.rank1"}
