@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -25,17 +26,24 @@ from elastic.train import Session
 FEATURES, CLASSES, SAMPLES, BATCH = 8, 2, 64, 8
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser()
+def arguments() -> argparse.ArgumentParser:
+    """The corpus's own arguments, as a parent parser for scripts that take more."""
+    parser = argparse.ArgumentParser(add_help=False)
     parser.add_argument("--steps", type=int, default=12)
     parser.add_argument("--crash-at-step", type=int, default=-1)
     parser.add_argument("--out", type=Path, default=Path("out"))
-    return parser.parse_args(argv)
+    return parser
+
+
+def parse_args() -> argparse.Namespace:
+    return argparse.ArgumentParser(parents=[arguments()]).parse_args()
 
 
 def emit(key: str, value: object) -> None:
-    """One observation; the test compares the set of them between launchers."""
-    print(f"result {key}={value}", flush=True)
+    """One observation; the test compares the set of them between launchers. One write, so that the lines
+    of two ranks sharing the agent's output never interleave (print writes the newline apart)."""
+    sys.stdout.write(f"result {key}={value}\n")
+    sys.stdout.flush()
 
 
 def rank_dataset() -> TensorDataset:
@@ -92,7 +100,7 @@ def train(args: argparse.Namespace, batch_at: Callable[[int], list[torch.Tensor]
                 optimizer.step()
                 session.commit()
             optimizer.zero_grad()
-        checksum = sum(float(p.double().sum()) for p in net.parameters())
+        checksum = sum(float(p.detach().double().sum()) for p in net.parameters())
         emit(f"checksum.rank{session.rank}", f"{checksum:.6f}")
 
 

@@ -82,3 +82,17 @@ def test_a_shuffled_dataloader_with_worker_processes_trains_in_place(etcd_server
     restart, in_place = run_both(etcd_server, tmp_path, script="dataloader_default.py")
     assert_same(restart, in_place)
     assert {key for key, _ in in_place.results} == {"checksum.rank0", "checksum.rank1"}
+
+
+def test_processes_the_script_starts_work_in_place_and_in_a_replacement(etcd_server: EtcdServer,
+                                                                        tmp_path: Path) -> None:
+    """Every kind of child process, started while the session's etcd watch runs; the replacement starts them
+    all again."""
+    restart, in_place = run_both(etcd_server, tmp_path, script="processes.py", args=["--etcd", etcd_server.client_url])
+    assert_same(restart, in_place)
+    assert dict(in_place.results) | {"checksum.rank0": "", "checksum.rank1": ""} == {
+        "spawn_loader": "True", "fork_loader": "True", "pool": "[0, 1, 4, 9, 16, 25]",
+        "executor": "[0, 1, 4, 9, 16, 25]", "subprocess": "child", "etcd_from_fork": "here",
+        "checksum.rank0": "", "checksum.rank1": "",
+    }
+    assert "skipping fork() handlers" not in in_place.output
