@@ -75,12 +75,45 @@ class StepBatches:
         return next(self.batches)
 
 
+def plain_loader(dataset: TensorDataset) -> Callable[[torch.Generator], DataLoader]:
+    """A shuffled loader without worker processes (for scripts whose subject is elsewhere)."""
+    return lambda generator: DataLoader(dataset, batch_size=BATCH, shuffle=True, generator=generator)
+
+
+def exit_once(args: argparse.Namespace, step: int, rank: int) -> None:
+    """Rank 1 dies at `--crash-at-step`, once per job, without Python's own exit."""
+    if not first_crash(args, step, rank):
+        return
+    # No flush: the line reaches the log only if stdout is unbuffered (PYTHONUNBUFFERED, as the harness
+    # sets for torchrun too).
+    print(f"crashing rank={rank} step={step} pid={os.getpid()}")
+    os._exit(1)
+
+
+def raise_once(args: argparse.Namespace, step: int, rank: int) -> None:
+    """Rank 1 raises at `--crash-at-step`, once per job: the error leaves the script's main()."""
+    if first_crash(args, step, rank):
+        print(f"crashing rank={rank} step={step} pid={os.getpid()}", flush=True)
+        raise RuntimeError(f"injected crash at step {step}")
+
+
+def first_crash(args: argparse.Namespace, step: int, rank: int) -> bool:
+    if step != args.crash_at_step or rank != 1:
+        return False
+    try:
+        (args.out / "crashed").touch(exist_ok=False)
+    except FileExistsError:
+        return False
+    return True
+
+
 def train(args: argparse.Namespace, batch_at: Callable[[int], list[torch.Tensor]],
-          checks: Callable[[], None] = lambda: None, model: nn.Module | None = None) -> None:
+          checks: Callable[[], None] = lambda: None,
+          crash: Callable[[argparse.Namespace, int, int], None] = exit_once) -> None:
     """Data-parallel SGD under `Session`; `checks` run once the session holds its process group (and, in
     place, its etcd watch), in every process that starts the script: a replacement too."""
     torch.manual_seed(0)
-    net = model if model is not None else nn.Linear(FEATURES, CLASSES)
+    net = nn.Linear(FEATURES, CLASSES)
     optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
 
     def state_dict() -> dict:
@@ -93,7 +126,7 @@ def train(args: argparse.Namespace, batch_at: Callable[[int], list[torch.Tensor]
     with Session(state_dict, load_state_dict) as session:
         checks()
         for step in session.steps(args.steps):
-            crash_once(args, step, session.rank)
+            crash(args, step, session.rank)
             x, y = batch_at(step)
             F.cross_entropy(net(x), y).backward()
             if session.allreduce_gradients(net):
@@ -102,17 +135,3 @@ def train(args: argparse.Namespace, batch_at: Callable[[int], list[torch.Tensor]
             optimizer.zero_grad()
         checksum = sum(float(p.detach().double().sum()) for p in net.parameters())
         emit(f"checksum.rank{session.rank}", f"{checksum:.6f}")
-
-
-def crash_once(args: argparse.Namespace, step: int, rank: int) -> None:
-    if step != args.crash_at_step or rank != 1:
-        return
-    marker = args.out / "crashed"
-    try:
-        marker.touch(exist_ok=False)
-    except FileExistsError:
-        return
-    # No flush, then an exit that skips Python's own: the line reaches the log only if stdout is unbuffered
-    # (PYTHONUNBUFFERED, as the harness sets for torchrun too).
-    print(f"crashing rank={rank} step={step} pid={os.getpid()}")
-    os._exit(1)

@@ -55,9 +55,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(parents=[corpus.arguments()], add_help=False)
     parser.add_argument("--etcd", required=True)
     args = parser.parse_args()
-    dataset = corpus.rank_dataset()
-    batches = corpus.StepBatches(lambda generator: DataLoader(dataset, batch_size=corpus.BATCH, shuffle=True,
-                                                              generator=generator))
+    batches = corpus.StepBatches(corpus.plain_loader(corpus.rank_dataset()))
     corpus.train(args, batches, checks=lambda: checks(args))
 
 

@@ -10,6 +10,8 @@ wrote and the exit code must be the same.
 
 from __future__ import annotations
 
+import json
+import os
 import re
 import sys
 from collections.abc import Sequence
@@ -47,11 +49,12 @@ def run(etcd: EtcdServer, root: Path, launcher: Sequence[str], script: str | Non
     root.mkdir(parents=True)
     (root / "out").mkdir()
     script_args = [*args, "--crash-at-step", str(CRASH_AT_STEP), "--out", "out"]
-    command = torchrun_command(etcd.client_url, f"compat-{root.parent.name}-{root.name}"[:60], "1:1",
+    run_id = f"compat-{root.parent.name}-{root.name}"[-60:]
+    command = torchrun_command(etcd.client_url, run_id, "1:1",
                                script_args, conf={"lease_seconds": 3, "last_call_seconds": 1},
                                launcher=launcher, nproc_per_node=2, module=module,
                                **({"script": HERE / script} if script else {}))  # fmt: skip
-    agent = AgentProcess(command, root / "agent.log", env=env, cwd=root).start()
+    agent = AgentProcess(command, root / "agent.log", env={"COMPAT_RUN_ID": run_id, **(env or {})}, cwd=root).start()
     try:
         code = agent.wait(RUN_SECONDS)
     finally:
@@ -96,3 +99,36 @@ def test_processes_the_script_starts_work_in_place_and_in_a_replacement(etcd_ser
         "checksum.rank0": "", "checksum.rank1": "",
     }
     assert "skipping fork() handlers" not in in_place.output
+
+
+@pytest.mark.parametrize("entry", ["path", "module"])
+def test_the_script_sees_itself_and_its_process_as_under_torchrun(entry: str, etcd_server: EtcdServer,
+                                                                  tmp_path: Path) -> None:
+    """Identity and process handling, as a script path and as `python -m`; rank 1 raises out of a main()
+    under torch's @record once (the replacement, or the restarted worker, checks everything again)."""
+    where = {"script": "compatpkg/identity.py"} if entry == "path" else {"module": "compatpkg.identity"}
+    path = os.pathsep.join(p for p in (str(HERE), os.environ.get("PYTHONPATH")) if p)
+    restart, in_place = run_both(etcd_server, tmp_path, env={"PYTHONPATH": path}, **where)
+    assert_same(restart, in_place)
+
+    results = dict(in_place.results)
+    assert results["name"] == "__main__"
+    assert results["file"] == str(HERE / "compatpkg" / "identity.py")
+    assert results["path0"] == (os.path.relpath(HERE / "compatpkg", tmp_path / "in-place") if entry == "path" else ".")
+    assert results["env.rank1"].startswith("RANK=1 LOCAL_RANK=1 WORLD_SIZE=2 LOCAL_WORLD_SIZE=2 GROUP_RANK=0")
+    assert {k: v for k, v in results.items() if v in ("True", "False")} == {
+        "run_id": "True", "restart_count": "True", "master": "True", "error_file": "True", "parent": "True",
+        "handled.SIGTERM": "True", "handled.SIGINT": "True", "faulthandler": "True",
+        "faulthandler_dump": "True", "unbuffered": "True",
+    }
+    assert results["multiprocessing"] == "('MainProcess', None)"
+    assert results["root_handlers"] == "0"
+    assert in_place.files["error.rank1.txt"] == "RuntimeError: injected crash at step 5\n"
+    assert in_place.files["atexit.rank0.txt"] == in_place.files["atexit.rank1.txt"] == "thread joined first: True\n"
+    for outcome in (restart, in_place):
+        assert "log MainProcess INFO configured by the script" in outcome.output
+    for run_dir in ("restart", "in-place"):  # each process's own random state: siblings and replacements
+        states = [json.loads(p.read_text()) for p in (tmp_path / run_dir / "out" / "per-process").iterdir()]
+        assert len(states) >= 3
+        for kind in ("random", "torch", "torch_seed"):
+            assert len({s[kind] for s in states}) == len(states), (run_dir, kind, states)
