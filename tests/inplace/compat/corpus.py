@@ -109,11 +109,14 @@ def first_crash(args: argparse.Namespace, step: int, rank: int) -> bool:
 
 def train(args: argparse.Namespace, batch_at: Callable[[int], list[torch.Tensor]],
           checks: Callable[[], None] = lambda: None,
-          crash: Callable[[argparse.Namespace, int, int], None] = exit_once) -> None:
+          crash: Callable[[argparse.Namespace, int, int], None] = exit_once,
+          forward: Callable[[nn.Module], Callable[[torch.Tensor], torch.Tensor]] = lambda net: net) -> None:
     """Data-parallel SGD under `Session`; `checks` run once the session holds its process group (and, in
-    place, its etcd watch), in every process that starts the script: a replacement too."""
+    place, its etcd watch), in every process that starts the script: a replacement too. `forward` wraps
+    the model for its forward pass (`torch.compile`)."""
     torch.manual_seed(0)
     net = nn.Linear(FEATURES, CLASSES)
+    model = forward(net)
     optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
 
     def state_dict() -> dict:
@@ -128,7 +131,7 @@ def train(args: argparse.Namespace, batch_at: Callable[[int], list[torch.Tensor]
         for step in session.steps(args.steps):
             crash(args, step, session.rank)
             x, y = batch_at(step)
-            F.cross_entropy(net(x), y).backward()
+            F.cross_entropy(model(x), y).backward()
             if session.allreduce_gradients(net):
                 optimizer.step()
                 session.commit()

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -132,3 +133,12 @@ def test_the_script_sees_itself_and_its_process_as_under_torchrun(entry: str, et
         assert len(states) >= 3
         for kind in ("random", "torch", "torch_seed"):
             assert len({s[kind] for s in states}) == len(states), (run_dir, kind, states)
+
+
+@pytest.mark.skipif(not (shutil.which("c++") or shutil.which("g++")), reason="inductor needs a C++ compiler")
+def test_torch_compile_trains_in_place_and_in_a_replacement(etcd_server: EtcdServer, tmp_path: Path) -> None:
+    # One compile thread: inductor's pool of compile workers costs more than it saves on a tiny model.
+    env = {"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor"), "TORCHINDUCTOR_COMPILE_THREADS": "1"}
+    restart, in_place = run_both(etcd_server, tmp_path, script="compiled.py", env=env)
+    assert_same(restart, in_place)
+    assert ("compiled_graphs", "True") in in_place.results
