@@ -129,7 +129,7 @@ def _run_main(command: WorkerCommand) -> int | None:
     main.__builtins__ = builtins  # type: ignore[attr-defined]
     sys.modules["__main__"] = main
     sys.argv = [command.entry, *command.args]
-    if not sys.flags.safe_path:
+    if not getattr(sys.flags, "safe_path", False):  # -P / PYTHONSAFEPATH (3.11+): nothing is prepended
         sys.path[0] = os.getcwd() if command.module else os.path.dirname(os.path.realpath(command.entry))
     try:
         if command.module:
