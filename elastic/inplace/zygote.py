@@ -88,6 +88,7 @@ def run_worker(command: WorkerCommand) -> None:
     _die_with_parent()
     _leave_multiprocessing()
     _reseed()
+    _unbuffer_output()
     os.environ.update(command.env)
     if command.cwd:
         os.chdir(command.cwd)
@@ -120,6 +121,18 @@ def _reseed() -> None:
     torch = sys.modules.get("torch")
     if torch is not None:
         torch.seed()
+
+
+def _unbuffer_output() -> None:
+    """stdout and stderr as `python -u` opens them (torchrun runs its workers with -u): every write reaches
+    the log at once, also from a worker that is killed; the zygote's were opened by its own flags."""
+    for name in ("stdout", "stderr"):
+        stream = getattr(sys, name)
+        if stream is None or stream.write_through:
+            continue
+        stream.flush()
+        raw = io.FileIO(stream.fileno(), "w", closefd=False)
+        setattr(sys, name, io.TextIOWrapper(raw, encoding=stream.encoding, errors=stream.errors, write_through=True))
 
 
 def _run_main(command: WorkerCommand) -> int | None:

@@ -1,6 +1,6 @@
-"""A zygote's worker ends as `python script.py` ends (real forks of a real forkserver; no torch preloaded, so
-each case takes milliseconds): the exit code Python would give, and `atexit` handlers run on every end
-that Python runs them on."""
+"""A zygote's worker runs and ends as `python -u script.py` (torchrun's command) does: real forks of a real
+forkserver, no torch preloaded, so each case takes milliseconds. The exit code Python would give, `atexit`
+handlers run on every end that Python runs them on, unbuffered output."""
 
 from __future__ import annotations
 
@@ -15,8 +15,11 @@ from elastic.inplace.zygote import WorkerCommand, Zygote
 
 @pytest.fixture(scope="module")
 def zygote() -> Iterator[Zygote]:
-    zygote = Zygote(preload=("elastic.inplace.zygote",))
-    zygote.warm()
+    """A zygote whose own output is buffered, as an agent started without PYTHONUNBUFFERED gets."""
+    with pytest.MonkeyPatch.context() as env:
+        env.delenv("PYTHONUNBUFFERED", raising=False)
+        zygote = Zygote(preload=("elastic.inplace.zygote",))
+        zygote.warm()
     yield zygote
 
 
@@ -26,12 +29,13 @@ CASES = {
     "sys.exit with a message exits 1": ("import sys; sys.exit('stopped')", 1),
     "an uncaught exception exits 1": ("raise ValueError('bad')", 1),
     "an uncaught KeyboardInterrupt ends by SIGINT": ("raise KeyboardInterrupt", -signal.SIGINT),
+    "stdout and stderr are unbuffered, as under torchrun's python -u": (
+        "import sys; sys.exit(0 if sys.stdout.write_through and sys.stderr.write_through else 5)", 0),
 }
 
 
 @pytest.mark.parametrize(("body", "code"), list(CASES.values()), ids=list(CASES))
-def test_a_worker_ends_with_the_interpreters_exit_code_after_atexit(zygote: Zygote, tmp_path: Path, body: str,
-                                                                     code: int) -> None:
+def test_a_worker_runs_and_ends_as_python_runs_a_script(zygote: Zygote, tmp_path: Path, body: str, code: int) -> None:
     script = tmp_path / "script.py"
     script.write_text("import atexit, pathlib\n"
                       "atexit.register(lambda: pathlib.Path('atexit-ran').touch())\n" + body + "\n")
