@@ -132,7 +132,9 @@ def _unbuffer_output() -> None:
             continue
         stream.flush()
         raw = io.FileIO(stream.fileno(), "w", closefd=False)
-        setattr(sys, name, io.TextIOWrapper(raw, encoding=stream.encoding, errors=stream.errors, write_through=True))
+        unbuffered = io.TextIOWrapper(raw, encoding=stream.encoding, errors=stream.errors, write_through=True)
+        setattr(sys, name, unbuffered)
+        setattr(sys, f"__{name}__", unbuffered)  # the zygote's own is dropped (it never closes the fd)
 
 
 def _run_main(command: WorkerCommand) -> int | None:
