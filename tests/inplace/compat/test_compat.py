@@ -21,13 +21,13 @@ from pathlib import Path
 
 import pytest
 
-from elastic.agents import AgentProcess, torchrun_command
 from elastic.store.server import EtcdServer
+from harness.agents import AgentProcess, torchrun_command
 
 pytestmark = pytest.mark.slow
 
 HERE = Path(__file__).resolve().parent
-RESTART = (sys.executable, "-m", "elastic.rendezvous.agent")
+RESTART = (sys.executable, "-m", "elastic.agent")
 IN_PLACE = (*RESTART, "--recovery=in-place")
 RESULT = re.compile(r"^result (\S+?)=(.*)$", re.M)
 CRASH_AT_STEP = 5
