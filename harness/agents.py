@@ -69,7 +69,9 @@ def torchrun_command(
     max_restarts: int = 100,
     launcher: Sequence[str] = (sys.executable, "-m", "torch.distributed.run"),
     script: Path = EXAMPLE_SCRIPT,
+    module: str | None = None,
 ) -> list[str]:
+    """torchrun's command line for one agent; `module`: run `python -m module` instead of `script`."""
     command = [
         *launcher,
         f"--rdzv-backend={backend}",
@@ -83,22 +85,26 @@ def torchrun_command(
     ]
     if conf:
         command.append("--rdzv-conf=" + ",".join(f"{k}={v}" for k, v in conf.items()))
-    return [*command, str(script), *script_args]
+    entry = ["-m", module] if module else [str(script)]
+    return [*command, *entry, *script_args]
 
 
 class AgentProcess:
     """One agent process (torchrun or compatible) with its output in a log file."""
 
-    def __init__(self, command: Sequence[str], log_path: Path, env: dict[str, str] | None = None) -> None:
+    def __init__(self, command: Sequence[str], log_path: Path, env: dict[str, str] | None = None,
+                 cwd: Path | None = None) -> None:
         self.command = list(command)
         self.log_path = log_path
+        self.cwd = cwd
         self.env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", **(env or {})}
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> AgentProcess:
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen(
-                self.command, stdout=log, stderr=subprocess.STDOUT, env=self.env, start_new_session=True
+                self.command, stdout=log, stderr=subprocess.STDOUT, env=self.env, start_new_session=True,
+                cwd=self.cwd,
             )
         return self
 

@@ -116,6 +116,7 @@ class InPlaceAgent:
         for local_rank in ranks:
             (self.markers / str(local_rank)).unlink(missing_ok=True)
             env = {**self._env(local_rank), **self._context(local_rank, after_round).env()}
+            Path(env["TORCHELASTIC_ERROR_FILE"]).unlink(missing_ok=True)  # a new process has written no error yet
             command = WorkerCommand(self.command.entry, self.command.args, self.command.module, env, self.command.cwd)
             self.workers[local_rank] = self.zygote.start(command, name=f"worker-{local_rank}")
             self.exits[local_rank] = None
@@ -148,6 +149,8 @@ class InPlaceAgent:
             "TORCHELASTIC_MAX_RESTARTS": str(self.config.max_restarts),
             "TORCHELASTIC_RUN_ID": self.config.run_id,
             "TORCHELASTIC_USE_AGENT_STORE": "False",
+            "TORCHELASTIC_ERROR_FILE": str(self.markers / f"error-{local_rank}.json"),  # torch's @record writes it
+            "TORCH_NCCL_ASYNC_ERROR_HANDLING": os.getenv("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"),
             **self.handler.config.auth.env(),
         }
         if self.nproc > 1 and "OMP_NUM_THREADS" not in os.environ:
