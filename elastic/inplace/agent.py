@@ -35,6 +35,7 @@ from elastic.inplace.zygote import WorkerCommand, Zygote
 from elastic.policy.inplace import Finish, Keep, Rejoin, Replace, ReportLostPeer, RestartAll, next_step
 from elastic.rendezvous.handler import EtcdV3RendezvousHandler
 from elastic.rendezvous.plugin import create_handler
+from elastic.rendezvous.worker_exits import recorded_error
 from elastic.train.context import Marker, WorkerContext
 
 log = logging.getLogger(__name__)
@@ -90,7 +91,7 @@ class InPlaceAgent:
     def _replace(self, step: Replace) -> None:
         """Fork the replacements first (they start while the round ends), then end it and re-join."""
         if step.failure is not None:
-            self.handler.report_worker_failure(step.failure, time.time())
+            self._report(step.failure, step.ranks)
             log.warning("local worker(s) %s failed (exit %s): replaced in place", list(step.ranks), step.failure)
         for rank in step.ranks:  # each joins rounds after the last its predecessor was in
             marker = Marker.read(self.markers, rank)
@@ -99,10 +100,17 @@ class InPlaceAgent:
         if step.failure is not None or self.handler.num_nodes_waiting() > 0:
             self._rejoin()
 
+    def _report(self, exit_code: int, ranks: Sequence[int]) -> None:
+        """Hand the failure to the handler: its exit code, now (the sentinel woke this loop as it died), and the
+        error the first failed rank's `@record` left in its error file, if any."""
+        errors = (recorded_error(self._error_file(rank)) for rank in ranks if self.exits.get(rank))
+        self.handler.report_worker_failure(exit_code, time.time(), next((e for e in errors if e), None))
+
     def _restart_all(self, failure: int | None) -> None:
+        failed = [rank for rank, code in self.exits.items() if code]
         self._stop_all()
         if failure is not None:
-            self.handler.report_worker_failure(failure, time.time())
+            self._report(failure, failed)
         self._rejoin()
         self._start(range(self.nproc))
 
@@ -149,13 +157,16 @@ class InPlaceAgent:
             "TORCHELASTIC_MAX_RESTARTS": str(self.config.max_restarts),
             "TORCHELASTIC_RUN_ID": self.config.run_id,
             "TORCHELASTIC_USE_AGENT_STORE": "False",
-            "TORCHELASTIC_ERROR_FILE": str(self.markers / f"error-{local_rank}.json"),  # torch's @record writes it
+            "TORCHELASTIC_ERROR_FILE": self._error_file(local_rank),  # torch's @record writes it
             "TORCH_NCCL_ASYNC_ERROR_HANDLING": os.getenv("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"),
             **self.handler.config.auth.env(),
         }
         if self.nproc > 1 and "OMP_NUM_THREADS" not in os.environ:
             env["OMP_NUM_THREADS"] = "1"
         return env
+
+    def _error_file(self, local_rank: int) -> str:
+        return str(self.markers / f"error-{local_rank}.json")
 
     def _broken_for(self, markers: dict[int, Marker]) -> float | None:
         """Seconds since a local worker said the group of the current round broke under it (None: none did)."""

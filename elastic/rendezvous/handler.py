@@ -62,7 +62,7 @@ from elastic.rendezvous.protocol import (
 from elastic.rendezvous.run import JobRun, RunClosedError
 from elastic.rendezvous.state import Closed, JobState, Member, Round
 from elastic.rendezvous.view import JobView
-from elastic.rendezvous.worker_exits import torch_error
+from elastic.rendezvous.worker_exits import recorded_error
 from elastic.store import LeaseKeeper, Store
 
 log = logging.getLogger(__name__)
@@ -470,4 +470,4 @@ def _gathered(state: JobState) -> frozenset[str]:
 def _first_failure(error: ChildFailedError) -> tuple[int | None, float | None, str | None]:
     """What torch's error says of its first failed worker: exit code, time, its `@record` traceback if any."""
     failure = min(error.failures.values(), key=lambda f: f.timestamp)
-    return failure.exitcode, float(failure.timestamp), torch_error(failure)
+    return failure.exitcode, float(failure.timestamp), recorded_error(failure.error_file)

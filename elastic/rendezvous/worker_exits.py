@@ -14,6 +14,7 @@ second (docs/design.md §3.16). So this agent
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import select
 import sys
@@ -91,7 +92,7 @@ def capturing(logs_specs: LogsSpecs) -> tuple[LogsSpecs, bool]:
 
 def error_text(failure: ProcessFailure, stderr_path: str | None) -> str | None:
     """The worker's own account of its end: torch's error file (`@record`), else the end of its stderr."""
-    recorded = torch_error(failure)
+    recorded = recorded_error(failure.error_file)
     if recorded:
         return recorded
     if not stderr_path:
@@ -105,11 +106,14 @@ def error_text(failure: ProcessFailure, stderr_path: str | None) -> str | None:
         return None
 
 
-def torch_error(failure: ProcessFailure) -> str | None:
-    """The traceback (else the message) the worker's `@record` wrote to torch's error file; None without one."""
-    if not os.path.isfile(failure.error_file):
+def recorded_error(error_file: str) -> str | None:
+    """The traceback (else the message) a worker's `@record` wrote to torch's error file
+    (`$TORCHELASTIC_ERROR_FILE`); None without one, or one that does not parse."""
+    try:
+        data = json.loads(Path(error_file).read_text())
+    except (OSError, ValueError):
         return None
-    message = failure.error_file_data.get("message")
+    message = data.get("message") if isinstance(data, dict) else None
     if isinstance(message, dict):
         traceback = message.get("extraInfo", {}).get("py_callstack")
         return str(traceback or message.get("message") or "") or None
