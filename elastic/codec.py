@@ -29,8 +29,17 @@ _SHOWN_CHARACTERS = 80  # of a bad value, in a message: enough to recognise it, 
 
 M = TypeVar("M", bound=BaseModel)
 
-NonNegative = Annotated[int, Field(ge=0)]
-Seconds = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+# Every number read from etcd is bounded: a value out of any sane range (a round of 10^26, a time in the year
+# 30000) is a bad value of its own job (CorruptState, naming the key), never a stall or an overflow elsewhere.
+MAX_COUNT = 2**31 - 1  # rounds, ranks, members, budgets, world sizes, pids
+MAX_STEP = 2**53 - 1  # training steps: as large as a JSON number stays exact
+MAX_SECONDS = 1e11  # epoch seconds: beyond the year 5000
+MAX_LEASE = 2**63 - 1  # etcd lease ids and TTLs are int64
+NonNegative = Annotated[int, Field(ge=0, le=MAX_COUNT)]
+Step = Annotated[int, Field(ge=0, le=MAX_STEP)]
+Seconds = Annotated[float, Field(ge=0, le=MAX_SECONDS, allow_inf_nan=False)]
+ExitCode = Annotated[int, Field(ge=-MAX_COUNT, le=MAX_COUNT)]
+LeaseNumber = Annotated[int, Field(ge=0, le=MAX_LEASE)]
 
 
 class CorruptValueError(PermanentError):
@@ -53,8 +62,8 @@ class _Wire(BaseModel):
 
 class RunRecord(_Wire):
     run_id: str
-    lease: int | None = None
-    ttl: int | None = None
+    lease: LeaseNumber | None = None
+    ttl: LeaseNumber | None = None
     created_at: Seconds = 0.0
     by: str = ""
 
@@ -83,7 +92,7 @@ class ChargeRecord(_Wire):
     round: NonNegative
     reason: str
     cause: str
-    exit_code: int | None = None
+    exit_code: ExitCode | None = None
     member: str | None = None
     at: Seconds = 0.0
 
@@ -119,7 +128,7 @@ class DoneRecord(_Wire):
 class FailureRecord(_Wire):
     """An agent's report of its workers' failure (`elastic.policy.incident.Failure`)."""
 
-    exit_code: int | None
+    exit_code: ExitCode | None
     reason: str | None = None
     member: str | None = None
     at: Seconds = 0.0
@@ -135,17 +144,17 @@ class ProgressRecord(_Wire):
     """What rank 0 reports (`examples/`); other keys it adds are kept out of the status. `total` (the steps
     the job will run) and `at` (when, epoch seconds) are optional: the live view shows an ETA with them."""
 
-    step: NonNegative
+    step: Step
     loss: float | None = None
     world_size: NonNegative | None = None
-    total: NonNegative | None = None
+    total: Step | None = None
     at: Seconds | None = None
 
 
 class WorkerRecord(_Wire):
     """A local worker process as the controller started it (for adoption after a controller restart)."""
 
-    pid: Annotated[int, Field(gt=0)]
+    pid: Annotated[int, Field(gt=0, le=MAX_COUNT)]
     started_at: Seconds
     log: str = ""
 
@@ -160,8 +169,8 @@ class WorkerLogRecord(_Wire):
 class WorkerExitRecord(_Wire):
     """What an `elastic agent` recorded as it exited (so an adopting controller keeps its exit code)."""
 
-    exit_code: int
-    pid: Annotated[int, Field(gt=0)]
+    exit_code: ExitCode
+    pid: Annotated[int, Field(gt=0, le=MAX_COUNT)]
     at: Seconds = 0.0
 
 

@@ -51,6 +51,15 @@ CASES = [
     ("incidents/0/m1", '{"exit_code":"137"}'),
     ("alive/0/m1", '{"at":"now"}'),
     ("workers/w1", '{"pid":"12"}'),
+    # absurd numbers (issue 22): each bounded, each CorruptState on its own job
+    ("round", '{"round":100000000000000000000000000}'),
+    ("round", '{"round":0,"members":{"m1":4294967296}}'),
+    ("round", '{"round":1,"opened_at":1e300}'),
+    ("budget", '{"max":3,"used":99999999999999999999}'),
+    ("members/m1", '{"round":0,"pid":99999999999999999999}'),
+    ("progress", '{"step":100000000000000000000000}'),
+    ("incidents/0/m1", '{"exit_code":99999999999999999999}'),
+    ("run", '{"run_id":"r","lease":100000000000000000000000}'),
 ]
 
 
@@ -100,3 +109,16 @@ def test_a_bad_key_marks_its_own_job_and_nothing_else(two_jobs, key: str, value:
     bystander = JobRun(store, JobKeys("default", "bystander")).read()
     assert bystander.corrupt == {} and bystander.spec is not None
     assert "default/bystander" in {j.key for j in list_jobs(store)}
+
+
+def test_restoring_a_good_value_after_an_absurd_round_resumes_the_job(two_jobs) -> None:
+    store, controllers = two_jobs
+    keys = JobKeys("default", "victim")
+    good = store.get(keys.round).value
+    store.put(keys.round, '{"round":100000000000000000000000000}')
+    status = controllers["victim"].step()
+    assert any(c["type"] == CORRUPT_STATE and c["status"] == "True" for c in status["conditions"]), status
+    store.put(keys.round, good)
+    status = controllers["victim"].step()
+    assert not any(c["type"] == CORRUPT_STATE and c["status"] == "True" for c in status["conditions"]), status
+    assert JobRun(store, keys).read().corrupt == {}
