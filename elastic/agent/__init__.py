@@ -20,6 +20,7 @@ controller winding a finished job down while this agent is still leaving) is a c
 from __future__ import annotations
 
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -31,9 +32,11 @@ from torch.distributed.elastic.agent.server.local_elastic_agent import LocalElas
 from torch.distributed.elastic.multiprocessing import LogsSpecs
 from torch.distributed.elastic.multiprocessing.api import SignalException
 from torch.distributed.elastic.multiprocessing.errors import ProcessFailure
+from torch.distributed.elastic.multiprocessing.subprocess_handler.subprocess_handler import SubprocessHandler
 from torch.distributed.elastic.rendezvous import RendezvousClosedError
 
 from elastic.cluster.local import exit_recorded
+from elastic.cluster.processes import die_with_parent
 from elastic.policy.incident import Failure, first_failure
 from elastic.rendezvous.handler import BACKEND, EtcdV3RendezvousHandler
 from elastic.rendezvous.worker_exits import DeathWatch, StderrRelay, capturing, error_text
@@ -87,6 +90,19 @@ class ReportingAgent(LocalElasticAgent):
         return result
 
 
+def workers_die_with_their_agent() -> None:
+    """torch starts each worker in a session of its own, so a SIGKILLed agent left it training unsupervised
+    (for 41 minutes in one fault campaign, writing the checkpoint directory the next agents resumed from).
+    torch's handler starts the process exactly so, plus the kernel's parent-death signal, set in the child
+    before it runs anything (`die_with_parent`): the agent's death now takes its workers along."""
+
+    def popen(self: SubprocessHandler, args: tuple, env: dict[str, str]) -> subprocess.Popen:
+        return subprocess.Popen(args=args, env=env, stdout=self._stdout, stderr=self._stderr,
+                                start_new_session=True, preexec_fn=die_with_parent)
+
+    SubprocessHandler._popen = popen  # type: ignore[method-assign]
+
+
 def with_defaults(argv: Sequence[str]) -> list[str]:
     """torchrun's arguments, adding `--rdzv-backend=etcd-v3` and a high `--max-restarts` unless given."""
     args = list(argv)
@@ -108,6 +124,7 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     # launch_agent() builds its agent from this module attribute: the one seam torchrun offers.
     launcher_api.LocalElasticAgent = ReportingAgent  # type: ignore[misc]
+    workers_die_with_their_agent()
     recovery, args = split_recovery(sys.argv[1:] if argv is None else argv)
     with exit_recorded():
         try:

@@ -1,4 +1,5 @@
-"""Reading the process table (Linux /proc): which processes an agent started, and whether one is alive.
+"""Reading the process table (Linux /proc): which processes an agent started, and whether one is alive;
+and the one link that ties a worker's life to its agent's.
 
 torch starts training processes in sessions of their own, so neither a process group nor a session
 finds them: only the parent links do.
@@ -6,7 +7,23 @@ finds them: only the parent links do.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import os
+import signal
 from pathlib import Path
+
+PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent() -> None:
+    """Ask the kernel to SIGKILL this process when its parent dies (Linux; run in the child, before it runs
+    anything of its own): a worker whose agent was SIGKILLed must not train on unsupervised, writing the
+    checkpoint directory the next agents resume from."""
+    with contextlib.suppress(OSError, AttributeError):  # not Linux: nothing ties the two
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() == 1:  # the parent died before the call above
+        os._exit(1)
 
 
 def _stat_fields(pid: int) -> list[str] | None:

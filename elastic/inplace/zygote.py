@@ -26,7 +26,6 @@ from __future__ import annotations
 import atexit
 import builtins
 import contextlib
-import ctypes
 import importlib.machinery
 import io
 import multiprocessing
@@ -44,11 +43,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.process import BaseProcess
 
+from elastic.cluster.processes import die_with_parent
+
 # Imported once in the forkserver; each is a module a worker would import anyway (torch._dynamo: the first
 # optimizer a script builds imports it, 0.8 s on a small CPU, unless a replacement inherits it).
 # This module too: a worker takes the zygote's own main-process object from it (see MAIN_PROCESS).
 PRELOAD = ("torch", "torch.distributed", "torch.nn", "torch.optim", "torch._dynamo", "elastic.train", __name__)
-PR_SET_PDEATHSIG = 1
 # What `multiprocessing.current_process()` is in a program's main process (multiprocessing deletes the name
 # of its class); taken where this module is imported: the agent, and the zygote before it forks a worker.
 MAIN_PROCESS = multiprocessing.process.current_process()
@@ -85,7 +85,7 @@ class Zygote:
 def run_worker(command: WorkerCommand) -> None:
     """The child's body: become the worker process torchrun would have started, its exit code included (it
     never returns: multiprocessing's child epilogue would skip `atexit` and report errors as its own)."""
-    _die_with_parent()
+    die_with_parent()
     _leave_multiprocessing()
     _reseed()
     _unbuffer_output()
@@ -197,9 +197,3 @@ def _end(code: int | None) -> None:
         os.kill(os.getpid(), signal.SIGINT)
     os._exit(1 if code is None else code)
 
-
-def _die_with_parent() -> None:
-    with contextlib.suppress(OSError, AttributeError):  # not Linux: the forkserver's exit is the only link
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-    if os.getppid() == 1:  # the parent died before the call above
-        os._exit(1)
