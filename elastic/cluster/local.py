@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from elastic.cluster.base import WorkerLaunch, WorkerObservation, WorkerStartError
-from elastic.cluster.processes import descendants_of, is_worker
+from elastic.cluster.processes import agent_of_worker, descendants_of, is_worker
 from elastic.codec import CorruptValueError, WorkerExitRecord, WorkerRecord, decode_model
 from elastic.errors import ElasticError
 from elastic.spec.model import CHECKPOINT_DIR_ENV
@@ -100,10 +100,16 @@ class LocalProcesses:
             name = entry.key[len(self.keys.workers_prefix) :]
             try:
                 record = decode_model(WorkerRecord, entry.key, entry.value)
+                worker = _Worker(name, record.pid, record.started_at, record.log)
             except CorruptValueError as err:
-                log.warning("not adopting worker %s: %s", name, err)  # no pid to trust: nothing to signal
-                continue
-            worker = _Worker(name, record.pid, record.started_at, record.log)
+                # The record does not decode, but its process may run: find it by its environment, or a
+                # second worker would be started beside it (issue 22). Not found: nothing runs, it is gone.
+                pid = agent_of_worker(name)
+                log.warning("worker %s: %s; %s", name, err, f"adopting pid {pid} found by its environment"
+                            if pid else "no process of it runs")
+                if pid is None:
+                    continue
+                worker = _Worker(name, pid, time.time(), str(self.log_dir / f"{name}.log"))
             self._workers[name] = worker
             self._refresh(worker)
             log.info("adopted worker %s (pid %d, %s)", name, worker.pid, "gone" if worker.gone else "alive")

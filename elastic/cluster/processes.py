@@ -107,3 +107,12 @@ def pids_with_env(prefix: str) -> list[int]:
         and is_running(int(entry.name))
         and any(item.startswith(prefix) for item in environ_of(int(entry.name)))
     )
+
+
+def agent_of_worker(name: str) -> int | None:
+    """The running agent process of worker `name`, found by what can be verified when its record cannot be
+    read: its environment names the worker, and its parent's does not (its training processes inherit the
+    environment; the agent is the top one). None when no process of that worker runs."""
+    found = [pid for pid in pids_with_env(f"ELASTIC_WORKER={name}") if is_worker(pid, name)]
+    tops = [pid for pid in found if (_stat_fields(pid) or ["", "0"])[1] not in {str(p) for p in found}]
+    return min(tops) if tops else None
