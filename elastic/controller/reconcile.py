@@ -128,7 +128,7 @@ def reconcile(observed: Observed) -> list[ControllerAction]:
         actions.append(HandleExit(worker.name, incident, in_round))
         actions.append(ForgetWorker(worker.name))
 
-    desired = clamp_replicas(spec.replicas, spec.min_replicas, spec.max_replicas)
+    desired = clamp_replicas(spec.replicas, spec.min_replicas, spec.max_replicas) + spec.spares
     running = [w for w in observed.workers if w.alive and not w.stopping]
     missing = desired - len(running) - len(finished)
     if missing > 0 and not finished:
@@ -148,7 +148,7 @@ def reconcile(observed: Observed) -> list[ControllerAction]:
 def fitting(observed: Observed) -> LocalFit:
     """How many of the workers the job lacks start now: what the machine's process cap leaves (local)."""
     spec = observed.job.spec
-    desired = clamp_replicas(spec.replicas, spec.min_replicas, spec.max_replicas)
+    desired = clamp_replicas(spec.replicas, spec.min_replicas, spec.max_replicas) + spec.spares
     running = sum(1 for w in observed.workers if w.alive and not w.stopping)
     finished = sum(1 for w in observed.workers if _finished(w, observed.state))
     return local_fit(desired - running - finished, running, spec.min_replicas, spec.nproc_per_node,

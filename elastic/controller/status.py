@@ -15,6 +15,7 @@ from elastic.controller.reconcile import Observed, fitting, waiting_for_capacity
 from elastic.policy.bounds import clamp_replicas
 from elastic.policy.budget import Budget
 from elastic.policy.capacity import CAPACITY_LIMITED, WAITING_FOR_CAPACITY
+from elastic.rendezvous.protocol import spares_waiting
 from elastic.rendezvous.state import JobState
 
 CREATED, RUNNING, RESTARTING, SUCCEEDED, FAILED = "Created", "Running", "Restarting", "Succeeded", "Failed"
@@ -67,8 +68,10 @@ def job_status(observed: Observed, previous: dict[str, Any] | None, progress: di
     if waiting is not None and phase not in FINAL_PHASES:
         reason, message = WAITING_FOR_CAPACITY, waiting.message
     desired = clamp_replicas(spec.replicas, spec.min_replicas, spec.max_replicas)
-    # Only ready workers are active (what /scale reports to an HPA): a pod pulling its image is not.
-    active = sum(1 for w in observed.workers if w.alive and w.ready and not w.stopping)
+    # Only ready workers are active (what /scale reports to an HPA): a pod pulling its image is not, nor a
+    # spare waiting outside the round.
+    spares = spares_waiting(state) if spec.spares else 0
+    active = max(sum(1 for w in observed.workers if w.alive and w.ready and not w.stopping) - spares, 0)
     budget = state.budget
     used, limit = restarts_taken(budget, spec.failure_policy.max_restarts)
     status: dict[str, Any] = {
@@ -90,6 +93,8 @@ def job_status(observed: Observed, previous: dict[str, Any] | None, progress: di
         "restartsText": f"{used}/{limit}",
         "startTime": previous.get("startTime") or timestamp(observed.started_at or now),
     }
+    if spec.spares:
+        status["spares"] = {"wanted": spec.spares, "ready": spares}
     if budget and budget.charges:
         last = budget.charges[-1]
         status["lastFailure"] = {

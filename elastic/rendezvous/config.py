@@ -29,7 +29,10 @@ CONF_KEYS = {
     "max_restarts": "the JOB-level retry budget: failure-caused re-rendezvous of the whole job "
     f"(default {defaults.MAX_RESTARTS})",
     "settle_seconds": "how long a failed agent waits for the other reports of the same incident, so the "
-    f"round ends on its root cause rather than on a collateral exit 1 (default {defaults.SETTLE_SECONDS:g})",
+    f"round ends on its first cause rather than on a collateral exit (default {defaults.SETTLE_SECONDS:g})",
+    "spares": "hot spares without a controller: rounds seal at max nodes minus this many members, and the "
+    "agents beyond wait warm, outside the round, to take a lost member's place at once (default 0; a job "
+    "the controller runs sets spec.spares instead)",
     "job": "namespace/name used in the etcd key layout, each a DNS-1123 label (default: default/<rdzv-id>, "
     "made a label plus a hash of the id when it is not one)",
     "ttl_seconds": f"how long the run's keys outlive its last agent (default {defaults.RUN_TTL_SECONDS})",
@@ -103,6 +106,7 @@ class RendezvousConfig:
     join_timeout: float = defaults.TORCHRUN_JOIN_TIMEOUT_SECONDS
     max_restarts: int = defaults.MAX_RESTARTS
     settle_seconds: float = defaults.SETTLE_SECONDS
+    spares: int = 0
     ttl_seconds: int = defaults.RUN_TTL_SECONDS
     reset: bool = False
     local_addr: str | None = None
@@ -141,6 +145,7 @@ class RendezvousConfig:
             ),
             max_restarts=_number(conf, "max_restarts", int, cls.max_restarts, minimum=0),
             settle_seconds=_number(conf, "settle_seconds", float, cls.settle_seconds, minimum=0),
+            spares=_number(conf, "spares", int, cls.spares, minimum=0),
             ttl_seconds=_number(conf, "ttl_seconds", int, cls.ttl_seconds, minimum=1),
             reset=str(conf.get("reset", "0")).lower() in ("1", "true", "yes"),
             local_addr=params.local_addr,

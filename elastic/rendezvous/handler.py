@@ -78,7 +78,7 @@ class RendezvousStateError(RendezvousError):
 class EtcdV3RendezvousHandler(RendezvousHandler):
     def __init__(self, config: RendezvousConfig, store: Store | None = None) -> None:
         self.config = config
-        self.settings = Settings(config.min_nodes, config.max_nodes, config.last_call_seconds)
+        self.settings = Settings(config.min_nodes, config.max_nodes, config.last_call_seconds, config.spares)
         # The controller's worker name leads the id, so that it can tell which member a worker was.
         origin = os.environ.get("ELASTIC_WORKER") or socket.gethostname()
         self.member_id = f"{origin}-{os.getpid()}-{secrets.token_hex(2)}"
@@ -155,7 +155,7 @@ class EtcdV3RendezvousHandler(RendezvousHandler):
             state = self._view.state()
             if state.corrupt:
                 return 0  # decide nothing on a bad key: training goes on, the controller reports it
-            change = membership_change(state, self._joined.number, self.config.max_nodes)
+            change = membership_change(state, self._joined.number, self.settings)
             if change is None:
                 return 0
             if change.reason is RoundEnd.MEMBER_LOST and self._store_was_away():
@@ -251,7 +251,7 @@ class EtcdV3RendezvousHandler(RendezvousHandler):
         assert self._joined is not None
         number = self._joined.number
         state = self._decodable(self.run.read())
-        change = self._pending or membership_change(state, number, self.config.max_nodes)
+        change = self._pending or membership_change(state, number, self.settings)
         if change is None and _is_current(state, number):
             # Our own workers failed: report, and give the other observers of the same incident a moment
             # to report theirs, so that the round ends on the first cause.

@@ -25,6 +25,7 @@ class Settings:
     min_nodes: int
     max_nodes: int
     last_call_seconds: float
+    spares: int = 0  # without a controller's spec: rounds seal at max_nodes - spares (docs/design.md §3.18)
 
 
 # --- join steps -------------------------------------------------------------------------------
@@ -107,20 +108,35 @@ def join_step(state: JobState, me: str, settings: Settings, quiet_for: float, af
         len(gathered), settings.min_nodes, seal_at(state, settings), quiet_for, settings.last_call_seconds,
         stragglers(state, current, {m.id for m in gathered}),
     ):
-        return Seal(current, {m.id: rank for rank, m in enumerate(gathered[: settings.max_nodes])})
+        # At most the desired size: whoever gathered beyond it waits outside the round, warm, as a spare.
+        return Seal(current, {m.id: rank for rank, m in enumerate(gathered[: seal_at(state, settings)])})
     if len(gathered) >= settings.min_nodes:
         return Wait(max(settings.last_call_seconds - quiet_for, 0.0))
     return Wait(None)
 
 
 def seal_at(state: JobState, settings: Settings) -> int:
-    """How many members seal a round at once, with no last call: the job's desired size when the controller
-    wrote its spec (a scale-up, or a spare, that brings the round to it need not wait), else max nodes."""
+    """The size of a round: it seals at once when this many gathered (no last call), and never takes more.
+
+    The job's desired size when the controller wrote its spec (a scale-up, or a spare, that brings the round
+    to it need not wait), else max nodes less the spares asked for. Agents beyond it are spares: they hold a
+    member key for the next round and wait, warm, outside this one (docs/design.md §3.18); they trigger no
+    round of their own, and the round a lost member ends takes them in at once.
+    """
     job = state.spec
     if job is None:
-        return settings.max_nodes
+        return max(settings.max_nodes - settings.spares, settings.min_nodes)
     spec = job.spec
     return min(clamp_replicas(spec.replicas, spec.min_replicas, spec.max_replicas), settings.max_nodes)
+
+
+def spares_waiting(state: JobState) -> int:
+    """Members waiting outside a sealed round for a later one: the job's warm spares (late joiners too, for
+    the moment it takes the round they bring to the desired size to end)."""
+    current = state.round
+    if current is None or not current.sealed:
+        return 0
+    return sum(1 for m in state.members.values() if m.target > current.number and m.id not in current.members)
 
 
 def stragglers(state: JobState, current: Round, gathered: set[str]) -> int | None:
@@ -158,7 +174,7 @@ class Change:
         return self.reason not in (RoundEnd.CLOSED, RoundEnd.ROUND_ENDED)
 
 
-def membership_change(state: JobState, joined_round: int, max_nodes: int) -> Change | None:
+def membership_change(state: JobState, joined_round: int, settings: Settings) -> Change | None:
     """Whether the round this agent trains in must end; None while it stays valid."""
     if state.closed is not None:
         return Change(RoundEnd.CLOSED)
@@ -177,8 +193,8 @@ def membership_change(state: JobState, joined_round: int, max_nodes: int) -> Cha
             return Change(RoundEnd.MEMBER_LOST, member=member_id)
         if departure.reason != RoundEnd.FINISHED:
             return Change(_round_end(departure.reason), member=member_id)
-    if current.world_size < max_nodes:
-        waiting = sum(1 for m in state.members.values() if m.target > current.number)
+    if current.world_size < seal_at(state, settings):  # below the desired size: a waiting member is growth
+        waiting = spares_waiting(state)
         if waiting:
             return Change(RoundEnd.SCALE_UP, waiting=waiting)
     return None

@@ -65,6 +65,11 @@ STATUS_SCHEMA: dict[str, Any] = {
             },
         },
         "replicasText": {"type": "string", "description": 'active/desired for kubectl, e.g. "2/3".'},
+        "spares": {
+            "type": "object",
+            "description": "Hot spares (spec.spares): wanted, and ready (waiting warm outside the round).",
+            "properties": {"wanted": {"type": "integer"}, "ready": {"type": "integer"}},
+        },
         "restarts": {
             "type": "object",
             "properties": {

@@ -452,6 +452,13 @@ class ElasticJobSpec(_Model):
         ge=0, description="Desired nodes; unset means maxReplicas; clamped into [min, max]."
     )
     nproc_per_node: Int32 = Field(default=1, ge=1)
+    spares: Int32 = Field(
+        default=0,
+        ge=0,
+        description="Hot spares: this many workers beyond the desired replicas run warm (agent started, torch "
+        "imported; in place, the zygote ready), wait outside the round, never trigger one, and the round a lost "
+        "member ends takes one in at once; the controller starts a new spare in the background.",
+    )
     worker: WorkerTemplate
     rendezvous: RendezvousSpec = Field(default_factory=RendezvousSpec)
     failure_policy: FailurePolicy = Field(default_factory=FailurePolicy)

@@ -238,3 +238,13 @@ def test_a_job_running_below_its_desired_size_for_want_of_room_says_so() -> None
     status = job_status(Observed(spec, RUNNING, four, process_cap=8), None, None)
     (limited,) = [c for c in status["conditions"] if c["type"] == "CapacityLimited"]
     assert limited["status"] == "True" and "4 of 8 wanted worker(s) fit" in limited["message"], limited
+
+
+def test_spares_are_started_beyond_the_desired_size_and_kept_out_of_the_active_count() -> None:
+    spec = job(replicas=2, spares=1)
+    assert reconcile(Observed(spec, RUNNING, ())) == [StartWorkers(3)]
+    three = (*TWO_ALIVE, WorkerObservation("w3", True))
+    assert reconcile(Observed(spec, RUNNING, three)) == [], "two members and a spare: nothing to do"
+    waiting = JobState(**{**RUNNING.__dict__, "members": {**RUNNING.members, "w3-33-cc": Member("w3-33-cc", 5)}})
+    status = job_status(Observed(spec, waiting, three), None, None)
+    assert status["spares"] == {"wanted": 1, "ready": 1} and status["replicas"] == {"desired": 2, "active": 2}

@@ -19,6 +19,7 @@ from elastic.rendezvous.protocol import (
     all_finished,
     join_step,
     membership_change,
+    spares_waiting,
 )
 from elastic.rendezvous.state import Closed, Departure, JobState, Member, Round
 from elastic.spec import parse_job
@@ -126,7 +127,7 @@ CHANGE_CASES = [
 
 @pytest.mark.parametrize(("st", "expected"), [c[1:] for c in CHANGE_CASES], ids=[c[0] for c in CHANGE_CASES])
 def test_membership_change(st, expected) -> None:
-    assert membership_change(st, joined_round=0, max_nodes=3) == expected
+    assert membership_change(st, joined_round=0, settings=SETTINGS) == expected
 
 
 def test_all_finished_only_when_every_member_departed_finished() -> None:
@@ -171,3 +172,29 @@ def test_a_round_that_reaches_the_desired_size_seals_at_once() -> None:
     assert join_step(three, "a", settings, 0.0, None) == Seal(OPEN0, {"a": 0, "b": 1, "c": 2})
     two = JobState(round=OPEN0, members={i: m(i, 0) for i in "ab"}, spec=job)
     assert join_step(two, "a", settings, 0.0, None) == Wait(2.0), "below the desired size the last call holds"
+
+
+SPARE_SETTINGS = Settings(min_nodes=1, max_nodes=3, last_call_seconds=2.0, spares=1)
+SEALED_AT_TWO = Round(0, sealed=True, members={"a": 0, "b": 1})
+
+
+def test_a_round_takes_the_desired_size_and_leaves_a_spare_out() -> None:
+    """Hot spares (docs/design.md §3.18): max 3 less 1 spare seals at 2 at once; the third waits outside."""
+    three = JobState(round=OPEN0, members={i: m(i, 0, joined_at=n) for n, i in enumerate("abc")})
+    assert join_step(three, "c", SPARE_SETTINGS, 0.0, None) == Seal(OPEN0, {"a": 0, "b": 1})
+    spare_state = JobState(round=SEALED_AT_TWO, members={"a": m("a", 0), "b": m("b", 0), "c": m("c", 0)})
+    assert join_step(spare_state, "c", SPARE_SETTINGS, 0.0, None) == Target(1), "the spare waits for the next round"
+
+
+def test_a_spare_waiting_is_no_scale_up_but_a_member_short_is() -> None:
+    waiting = JobState(round=SEALED_AT_TWO, members={"a": m("a", 0), "b": m("b", 0), "c": m("c", 1)})
+    assert membership_change(waiting, 0, SPARE_SETTINGS) is None
+    assert spares_waiting(waiting) == 1
+    grown = Settings(min_nodes=1, max_nodes=3, last_call_seconds=2.0)  # no spare wanted: it is growth
+    assert membership_change(waiting, 0, grown) == Change(RoundEnd.SCALE_UP, waiting=1)
+
+
+def test_the_round_a_lost_member_ends_takes_the_spare_in_at_once() -> None:
+    after_loss = Round(1, previous={"a": 0, "b": 1}, opened_by="MemberLost", expected=("a",))
+    back = JobState(round=after_loss, members={"a": m("a", 1), "c": m("c", 1, joined_at=5.0)})
+    assert join_step(back, "c", SPARE_SETTINGS, 0.0, None) == Seal(after_loss, {"a": 0, "c": 1})
