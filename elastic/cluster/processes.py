@@ -34,6 +34,12 @@ def _stat_fields(pid: int) -> list[str] | None:
     return text[text.rindex(")") + 2 :].split()
 
 
+def process_state(pid: int) -> str | None:
+    """The process's state letter (R running, S sleeping, D uninterruptible, T stopped, Z zombie, ...)."""
+    fields = _stat_fields(pid)
+    return fields[0] if fields else None
+
+
 def children_of(pid: int) -> list[int]:
     result = []
     for entry in Path("/proc").iterdir():

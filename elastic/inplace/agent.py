@@ -31,12 +31,14 @@ from torch.distributed.elastic.rendezvous import RendezvousInfo, RendezvousParam
 from torch.distributed.launcher.api import LaunchConfig
 from torch.distributed.run import config_from_args, get_args_parser
 
+from elastic.cluster.processes import process_state
 from elastic.inplace.zygote import WorkerCommand, Zygote
+from elastic.policy.hang import frozen
 from elastic.policy.inplace import Finish, Keep, Rejoin, Replace, ReportLostPeer, RestartAll, next_step
 from elastic.rendezvous.handler import EtcdV3RendezvousHandler
 from elastic.rendezvous.plugin import create_handler
 from elastic.rendezvous.worker_exits import recorded_error
-from elastic.train.context import Marker, WorkerContext
+from elastic.train.context import HUNG_EXIT, Heartbeat, Marker, WorkerContext
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +59,8 @@ class InPlaceAgent:
         self.info: RendezvousInfo | None = None
         self.rejoins = 0
         self.broken_since: float | None = None
+        self.heartbeats: dict[int, tuple[int, Heartbeat]] = {}  # local rank -> (its worker's pid, heartbeat)
+        self.frozen: dict[int, str] = {}  # local rank -> why its agent ended it (it could not end itself)
 
     def run(self) -> int:
         self.zygote.warm()
@@ -64,6 +68,7 @@ class InPlaceAgent:
         self._start(range(self.nproc))
         while True:
             self._wait_for_exits(self.config.monitor_interval)
+            self._end_frozen_workers()
             waiting = self.handler.num_nodes_waiting() > 0
             markers = self._markers()
             step = next_step(self.exits, frozenset(markers), waiting, self._broken_for(markers))
@@ -103,7 +108,8 @@ class InPlaceAgent:
     def _report(self, exit_code: int, ranks: Sequence[int]) -> None:
         """Hand the failure to the handler: its exit code, now (the sentinel woke this loop as it died), and the
         error the first failed rank's `@record` left in its error file, if any."""
-        errors = (recorded_error(self._error_file(rank)) for rank in ranks if self.exits.get(rank))
+        errors = (self.frozen.get(rank) or recorded_error(self._error_file(rank)) for rank in ranks
+                  if self.exits.get(rank))
         self.handler.report_worker_failure(exit_code, time.time(), next((e for e in errors if e), None))
 
     def _restart_all(self, failure: int | None) -> None:
@@ -123,6 +129,10 @@ class InPlaceAgent:
     def _start(self, ranks: Sequence[int] | range, after_round: int | None = None) -> None:
         for local_rank in ranks:
             (self.markers / str(local_rank)).unlink(missing_ok=True)
+            Heartbeat.path(self.markers, local_rank).unlink(missing_ok=True)
+            self.frozen.pop(local_rank, None)
+            if local_rank in self.heartbeats:
+                self.heartbeats.pop(local_rank)[1].close()
             env = {**self._env(local_rank), **self._context(local_rank, after_round).env()}
             Path(env["TORCHELASTIC_ERROR_FILE"]).unlink(missing_ok=True)  # a new process has written no error yet
             command = WorkerCommand(self.command.entry, self.command.args, self.command.module, env, self.command.cwd)
@@ -189,9 +199,42 @@ class InPlaceAgent:
         for sentinel in wait(list(running), timeout=timeout) if running else []:
             rank = running[sentinel]  # type: ignore[index]
             self.workers[rank].join()
-            self.exits[rank] = self.workers[rank].exitcode
+            self.exits[rank] = HUNG_EXIT if rank in self.frozen else self.workers[rank].exitcode
         if not running:
             time.sleep(timeout)
+
+    def _end_frozen_workers(self) -> None:
+        """SIGKILL a worker that is past its step deadline and cannot run (stopped, uninterruptible): its own
+        watchdog never will, and its peers would wait for it in their all-reduce while the round holds. It ends
+        as a hung worker (exit 87, charged once), and its death frees its peers' collective."""
+        now = time.monotonic()
+        for rank, process in self.workers.items():
+            if self.exits[rank] is not None or rank in self.frozen or process.pid is None:
+                continue
+            beat = self._heartbeat(rank, process.pid)
+            seen = beat.read() if beat is not None else None
+            if seen is None:
+                continue
+            kind, since, deadline = seen
+            state = process_state(process.pid)
+            if frozen(kind, since, deadline, now, state):
+                self.frozen[rank] = (f"worker {rank} (pid {process.pid}) could not run (process state {state}) and "
+                                     f"was {now - since:.1f} s into its {kind}, past its step deadline of "
+                                     f"{deadline:.1f} s: ended by its agent")
+                log.warning("%s", self.frozen[rank])
+                os.kill(process.pid, signal.SIGKILL)
+
+    def _heartbeat(self, rank: int, pid: int) -> Heartbeat | None:
+        """The heartbeat of the worker now at `rank` (its Session creates it; a stock script has none)."""
+        known = self.heartbeats.get(rank)
+        if known is not None and known[0] == pid:
+            return known[1]
+        try:
+            beat = Heartbeat(Heartbeat.path(self.markers, rank))
+        except (OSError, ValueError):
+            return None
+        self.heartbeats[rank] = (pid, beat)
+        return beat
 
     def _stop_all(self) -> None:
         running = [p for rank, p in self.workers.items() if self.exits[rank] is None]

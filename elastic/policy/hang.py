@@ -59,3 +59,19 @@ def verdict(
     if deadline is not None and elapsed > deadline:
         return Verdict.HUNG
     return Verdict.CONTINUE
+
+
+# Process states (Linux /proc/<pid>/stat) in which a worker cannot run its own watchdog.
+CANNOT_RUN = frozenset({"T", "t", "D"})  # stopped (SIGSTOP, a debugger), uninterruptible sleep
+
+
+def frozen(kind: str, since: float, deadline: float | None, now: float, process_state: str | None) -> bool:
+    """Whether the agent must end a worker that cannot end itself: its heartbeat says it is past its step
+    deadline (in a step or in a collective) and its process cannot run, so its own watchdog never will.
+
+    A worker past its deadline that *can* run is left to its watchdog: in a collective while the round holds
+    it is a victim waiting for a peer (docs/design.md §3.15), and killing it would blame the wrong worker.
+    """
+    if kind == "idle" or deadline is None or process_state not in CANNOT_RUN:
+        return False
+    return now - since > deadline

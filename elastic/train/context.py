@@ -7,7 +7,9 @@ the job, and the member (its agent) whose rank in each sealed round gives the wo
 
 from __future__ import annotations
 
+import mmap
 import os
+import struct
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,7 +17,7 @@ from pathlib import Path
 from elastic.policy.inplace import ABANDONED_EXIT, HUNG_EXIT
 from elastic.store import EtcdAuth, JobKeys
 
-__all__ = ["ABANDONED_EXIT", "HUNG_EXIT", "Marker", "WorkerContext"]
+__all__ = ["ABANDONED_EXIT", "HUNG_EXIT", "Heartbeat", "Marker", "WorkerContext"]
 
 ENDPOINTS = "ELASTIC_INPLACE_ENDPOINTS"
 JOB = "ELASTIC_INPLACE_JOB"
@@ -102,3 +104,51 @@ class Marker:
 
 def _optional_int(text: str) -> int | None:
     return None if text == "-" else int(text)
+
+
+class Heartbeat:
+    """Where a worker is in its step, shared with its agent through a small memory-mapped file per local rank:
+    what it does (`step`, `collective`, `idle`), since when (this host's monotonic clock, the same for every
+    process here), and its step deadline (0: none yet).
+
+    The worker's own watchdog is a thread of the worker: a stopped process (SIGSTOP, uninterruptible sleep,
+    a paused VM) cannot run it. The agent reads this instead and acts on the same deadline (docs/design.md
+    §3.15). Written on every change of activity without a system call (a store into shared memory); a
+    sequence number, odd while a write is under way, lets the reader skip a torn value.
+    """
+
+    KINDS = ("idle", "step", "collective")
+    _FORMAT = "=Qbdd"  # sequence, kind, since, deadline
+    SIZE = struct.calcsize(_FORMAT)
+
+    def __init__(self, path: str | Path, create: bool = False) -> None:
+        flags = os.O_RDWR | (os.O_CREAT if create else 0)
+        fd = os.open(path, flags, 0o600)
+        try:
+            if create:
+                os.ftruncate(fd, self.SIZE)
+            self._map = mmap.mmap(fd, self.SIZE)
+        finally:
+            os.close(fd)
+        self._sequence = 0
+
+    @staticmethod
+    def path(directory: str | Path, local_rank: int) -> Path:
+        return Path(directory, f"heartbeat-{local_rank}")
+
+    def write(self, kind: str, since: float, deadline: float | None) -> None:
+        self._sequence += 1
+        struct.pack_into("=Q", self._map, 0, self._sequence * 2 - 1)
+        struct.pack_into(self._FORMAT, self._map, 0, self._sequence * 2 - 1, self.KINDS.index(kind), since,
+                         deadline or 0.0)
+        struct.pack_into("=Q", self._map, 0, self._sequence * 2)
+
+    def read(self) -> tuple[str, float, float | None] | None:
+        """(kind, since, deadline), or None while a write is under way or before the first."""
+        sequence, kind, since, deadline = struct.unpack_from(self._FORMAT, self._map, 0)
+        if sequence == 0 or sequence % 2 or struct.unpack_from("=Q", self._map, 0)[0] != sequence:
+            return None
+        return self.KINDS[kind], since, deadline or None
+
+    def close(self) -> None:
+        self._map.close()

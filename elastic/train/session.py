@@ -31,7 +31,7 @@ import torch.distributed as dist
 
 from elastic.policy.hang import HangSettings, Verdict, abandon_after, step_deadline, verdict
 from elastic.policy.state_source import transfer_plan
-from elastic.train.context import ABANDONED_EXIT, HUNG_EXIT, Marker, WorkerContext
+from elastic.train.context import ABANDONED_EXIT, HUNG_EXIT, Heartbeat, Marker, WorkerContext
 from elastic.train.progress import ProgressReporter
 from elastic.train.rounds import Assignment, RoundFollower, round_over
 from elastic.train.transfer import exchange_reports, load, move_state
@@ -84,14 +84,29 @@ class Session:
         self._holds_state = False
         self._follower: RoundFollower | None = None
         self._step_seconds: deque[float] = deque(maxlen=50)
-        self._activity: tuple[str, float] = ("idle", time.monotonic())
+        self._activity_now: tuple[str, float] = ("idle", time.monotonic())
         self._stopped = threading.Event()
         self._progress = ProgressReporter()
         self._total: int | None = None
         self._loss: float | None = None
         self._hang = HangSettings()
+        self._heartbeat: Heartbeat | None = None
         if self.context is not None:
             self._hang = HangSettings(factor=self.context.hang_factor, floor_seconds=self.context.hang_floor_seconds)
+            if self.context.marker_dir:
+                self._heartbeat = Heartbeat(Heartbeat.path(self.context.marker_dir, self.context.local_rank), True)
+
+    @property
+    def _activity(self) -> tuple[str, float]:
+        """What this worker does now and since when: its watchdog reads it, and so does its agent (through the
+        heartbeat), for a worker that is stopped and cannot run its own watchdog."""
+        return self._activity_now
+
+    @_activity.setter
+    def _activity(self, value: tuple[str, float]) -> None:
+        self._activity_now = value
+        if self._heartbeat is not None:
+            self._heartbeat.write(value[0], value[1], step_deadline(list(self._step_seconds), self._hang))
 
     # --- where this worker stands ---
 

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import struct
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from elastic.policy.hang import HangSettings, Verdict, abandon_after, step_deadline, verdict
+from elastic.policy.hang import HangSettings, Verdict, abandon_after, frozen, step_deadline, verdict
 from elastic.policy.inplace import (
     ABANDONED_EXIT,
     LOST_PEER_GRACE_SECONDS,
@@ -19,6 +21,7 @@ from elastic.policy.inplace import (
     next_step,
 )
 from elastic.policy.state_source import Report, transfer_plan
+from elastic.train.context import Heartbeat
 
 ALL = frozenset({0, 1})
 NONE: frozenset[int] = frozenset()
@@ -135,3 +138,34 @@ def test_abandon_after(steps: list[float], expected: float) -> None:
 
 def test_a_collective_inside_a_long_grace_is_not_abandoned() -> None:
     assert verdict(1.5, None, True, True, SETTINGS, grace=1.8) is Verdict.CONTINUE
+
+
+@pytest.mark.parametrize(
+    ("kind", "since", "deadline", "state", "expected"),
+    [
+        pytest.param("step", 0.0, 2.0, "T", True, id="stopped in a step past its deadline: ended by its agent"),
+        pytest.param("collective", 0.0, 2.0, "T", True, id="stopped in a collective past its deadline"),
+        pytest.param("step", 0.0, 2.0, "D", True, id="in uninterruptible sleep past its deadline"),
+        pytest.param("step", 9.0, 2.0, "T", False, id="stopped, but within its deadline"),
+        pytest.param("collective", 0.0, 2.0, "S", False,
+                     id="a victim waiting in a collective can run: its own watchdog decides, never killed"),
+        pytest.param("step", 0.0, 2.0, "R", False, id="running past its deadline: its own watchdog acts"),
+        pytest.param("idle", 0.0, 2.0, "T", False, id="idle between rounds: no deadline applies"),
+        pytest.param("step", 0.0, None, "T", False, id="no deadline known yet (first steps)"),
+        pytest.param("step", 0.0, 2.0, None, False, id="gone from the process table"),
+    ],
+)  # fmt: skip
+def test_a_worker_that_cannot_run_is_ended_by_its_agent(kind, since, deadline, state, expected) -> None:
+    assert frozen(kind, since, deadline, 10.0, state) is expected
+
+
+def test_a_heartbeat_is_read_as_written_and_a_torn_write_is_skipped(tmp_path) -> None:
+    writer = Heartbeat(Heartbeat.path(tmp_path, 0), create=True)
+    reader = Heartbeat(Heartbeat.path(tmp_path, 0))
+    assert reader.read() is None, "nothing written yet"
+    writer.write("step", 12.5, 2.0)
+    assert reader.read() == ("step", 12.5, 2.0)
+    writer.write("collective", 13.0, None)
+    assert reader.read() == ("collective", 13.0, None)
+    struct.pack_into("=Q", writer._map, 0, 7)  # a write under way (odd sequence)
+    assert reader.read() is None
