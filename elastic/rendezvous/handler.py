@@ -57,7 +57,6 @@ from elastic.rendezvous.protocol import (
     Wait,
     join_step,
     membership_change,
-    permanent_failure,
 )
 from elastic.rendezvous.run import JobRun, RunClosedError
 from elastic.rendezvous.state import Closed, JobState, Member, Round
@@ -252,6 +251,8 @@ class EtcdV3RendezvousHandler(RendezvousHandler):
         number = self._joined.number
         state = self._decodable(self.run.read())
         change = self._pending or membership_change(state, number, self.settings)
+        if change is not None and change.reason is RoundEnd.STORE_UNAVAILABLE and self._worker_failure is not None:
+            change = None  # our worker died in the outage: that is the incident (the outage alone is free)
         if change is None and _is_current(state, number):
             # Our own workers failed: report, and give the other observers of the same incident a moment
             # to report theirs, so that the round ends on the first cause.
@@ -259,7 +260,7 @@ class EtcdV3RendezvousHandler(RendezvousHandler):
             state = self._settle(number)
         for _ in range(5):
             if not _is_current(state, number):
-                self._fail_if_permanent(state)  # a late report can still be a permanent error
+                self._cost_of_unreported_failure(state, number)
                 return
             incident = self._incident(state, change)
             if incident is None or self.run.end_round(state, state.round, incident):  # type: ignore[arg-type]
@@ -331,12 +332,18 @@ class EtcdV3RendezvousHandler(RendezvousHandler):
                     log.warning("could not answer the incident of round %d: %s", joined, err)
             answered = joined
 
-    def _fail_if_permanent(self, state: JobState) -> None:
+    def _cost_of_unreported_failure(self, state: JobState, number: int) -> None:
+        """Our workers failed in round `number`, which someone else ended first. A permanent failure still
+        closes the job; and a crash in a round an etcd outage ended (for free) is still charged, once: the
+        outage is free, the crash is not (docs/design.md §3.11)."""
         if self._worker_failure is None:
             return
         incident = self.run.incident(state, RoundEnd.WORKER_FAILURE, self._worker_failure)
-        if incident.action is Action.FAIL_JOB:
-            self.run.close(state, permanent_failure(incident, time.time()))
+        after = state.round
+        ended_by_outage = (after is not None and after.number == number + 1
+                           and after.opened_by == RoundEnd.STORE_UNAVAILABLE)
+        if incident.action is Action.FAIL_JOB or ended_by_outage:
+            self.run.cost_after_end(state, number, incident)
 
     def _incident(self, state: JobState, change: Change | None) -> Incident | None:
         """What ends the round: a change this agent saw, else the first cause of the reported failures."""

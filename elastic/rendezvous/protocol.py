@@ -261,13 +261,26 @@ def plan_round_end(keys: JobKeys, state: JobState, current: Round, incident: Inc
         Delete(keys.alive(current.number), prefix=True),
     ]
     compares = [ModRevisionIs(keys.round, current.mod_revision)]
-    close_anyway = None
+    cost = plan_cost(keys, state, current.number, incident, now)
+    return RoundEndPlan((*compares, *cost.compares), (*ops, *cost.ops), cost.close_anyway)
+
+
+def plan_cost(keys: JobKeys, state: JobState, round_number: int, incident: Incident, now: float) -> RoundEndPlan:
+    """What an incident of round `round_number` costs, as writes: a charge (and the close when it spends the
+    budget), or the close of a FailJob rule; nothing when it is free.
+
+    Part of the transaction that ends the round; alone, for a failure its agent could not report before the
+    round ended for another reason, e.g. a crash during an etcd outage that ended the round for free
+    (docs/design.md §3.11: the outage is free, the crash is not). Charging is keyed by the round, so a cost
+    planned twice is charged once.
+    """
+    lease = state.job_lease
+    failure = incident.failure
     if incident.action is Action.RESTART_JOB and state.budget is not None:
-        failure = incident.failure
         spent = charge(
             state.budget,
             Charge(
-                round=current.number,
+                round=round_number,
                 reason=incident.reason.value,
                 cause=incident.describe(),
                 exit_code=failure.code if failure else None,
@@ -275,16 +288,16 @@ def plan_round_end(keys: JobKeys, state: JobState, current: Round, incident: Inc
                 at=now,
             ),
         )
-        compares.append(ModRevisionIs(keys.budget, state.budget_revision))
-        ops.append(Put.json(keys.budget, spent.to_json(), lease))
+        ops: list[Put | Delete] = [Put.json(keys.budget, spent.to_json(), lease)]
         if spent.exceeded:
             closed = Closed(JobEnd.BACKOFF_LIMIT_EXCEEDED.value, exhausted_message(spent), now,
                             failure.member if failure else None, failure.error if failure else None)
             ops.append(Put.json(keys.closed, closed.to_json(), lease))
-    elif incident.action is Action.FAIL_JOB:
-        close_anyway = permanent_failure(incident, now)
-        ops.append(Put.json(keys.closed, close_anyway.to_json(), lease))
-    return RoundEndPlan(tuple(compares), tuple(ops), close_anyway)
+        return RoundEndPlan((ModRevisionIs(keys.budget, state.budget_revision),), tuple(ops))
+    if incident.action is Action.FAIL_JOB:
+        close = permanent_failure(incident, now)
+        return RoundEndPlan((), (Put.json(keys.closed, close.to_json(), lease),), close)
+    return RoundEndPlan((), ())
 
 
 def permanent_failure(incident: Incident, now: float) -> Closed:

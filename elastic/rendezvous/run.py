@@ -17,7 +17,7 @@ from dataclasses import asdict
 from elastic.errors import PermanentError
 from elastic.policy.budget import Budget
 from elastic.policy.incident import Failure, Incident, JobEnd, RoundEnd, incident_from_reports, incident_of
-from elastic.rendezvous.protocol import all_finished, plan_round_end
+from elastic.rendezvous.protocol import all_finished, plan_cost, plan_round_end
 from elastic.rendezvous.state import Closed, Departure, JobState, Member, Round
 from elastic.spec import RestartPolicy, Rule
 from elastic.store import Delete, JobKeys, ModRevisionIs, Put, Store, UnchangedSince, dumps
@@ -173,6 +173,18 @@ class JobRun:
         elif plan.close_anyway is not None:
             self.close(state, plan.close_anyway)
         return ended
+
+    def cost_after_end(self, state: JobState, round_number: int, incident: Incident) -> None:
+        """Perform `plan_cost` for a round that already ended: charge (or close for) an incident of it that
+        its observer could not report in time. Charges are keyed by round, so a second call charges nothing."""
+        for _ in range(5):
+            plan = plan_cost(self.keys, state, round_number, incident, time.time())
+            if plan.close_anyway is not None:
+                self.close(state, plan.close_anyway)  # the first reason to close stays
+                return
+            if not plan.ops or self.store.txn(list(plan.compares), list(plan.ops)).succeeded:
+                return
+            state = self.read()
 
     def announce_departure(self, state: JobState, member_id: str, reason: str, round_number: int) -> None:
         """Say why a member is about to leave (the controller scaling down), before it is stopped."""

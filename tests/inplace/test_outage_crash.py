@@ -1,0 +1,47 @@
+"""A crash during an etcd outage is still charged (issue 22): the outage is free, the crash is not
+(docs/design.md §3.11). Its agent keeps the failure it could not report and charges it once etcd is back,
+naming the worker and its exit code. Real etcd (this test's own: it is stopped), real in-place agents, gloo."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Iterator
+
+import pytest
+from test_inplace_recovery import in_place_job, worker_pid  # noqa: F401 (the fixture)
+
+from elastic.store.server import EtcdServer
+from harness.agents import wait_until
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def etcd_server() -> Iterator[EtcdServer]:
+    server = EtcdServer().start()
+    yield server
+    if server.process is not None and server.process.poll() is None:
+        os.kill(server.process.pid, signal.SIGCONT)
+    server.remove()
+
+
+def test_a_worker_killed_while_etcd_is_away_is_charged_once_etcd_is_back(in_place_job, etcd_server) -> None:  # noqa: F811
+    total = 300
+    job = in_place_job("2:2", ["--steps", str(total), "--step-seconds", "0.03"], conf={"lease_seconds": 4})
+    agents = [job.add_agent() for _ in range(2)]
+    assert wait_until(lambda: any(s > 30 for s in job.steps()), 120), job.logs()
+    crashed = worker_pid(agents[1])
+    assert etcd_server.process is not None
+    os.kill(etcd_server.process.pid, signal.SIGSTOP)
+    try:
+        os.kill(crashed, signal.SIGKILL)  # the crash, while no report can reach etcd
+        time.sleep(6)  # the outage itself, longer than the 4 s lease: its length is what the test is about
+    finally:
+        os.kill(etcd_server.process.pid, signal.SIGCONT)
+    job.wait_finished(180)
+    budget = job.budget()
+    assert budget["used"] == 1, budget
+    (charge,) = budget["charges"]
+    assert charge["exit_code"] == 137 and charge["member"] and f"-{agents[1].pid}-" in charge["member"], charge
