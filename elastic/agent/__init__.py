@@ -19,6 +19,8 @@ controller winding a finished job down while this agent is still leaving) is a c
 
 from __future__ import annotations
 
+import logging
+import os
 import signal
 import subprocess
 import sys
@@ -36,10 +38,15 @@ from torch.distributed.elastic.multiprocessing.subprocess_handler.subprocess_han
 from torch.distributed.elastic.rendezvous import RendezvousClosedError
 
 from elastic.cluster.local import exit_recorded
-from elastic.cluster.processes import die_with_parent
+from elastic.cluster.processes import die_with_parent, process_state
+from elastic.policy.hang import CANNOT_RUN, HangSettings, frozen
 from elastic.policy.incident import Failure, first_failure
+from elastic.policy.inplace import HUNG_EXIT
 from elastic.rendezvous.handler import BACKEND, EtcdV3RendezvousHandler
 from elastic.rendezvous.worker_exits import DeathWatch, StderrRelay, capturing, error_text
+from elastic.train.context import HANG_FLOOR
+
+log = logging.getLogger(__name__)
 
 # torchrun's per-agent counter would otherwise end an agent long before the job budget is spent.
 DEFAULT_AGENT_RESTARTS = 1_000_000
@@ -58,6 +65,11 @@ class ReportingAgent(LocalElasticAgent):
         logs_specs, self._relay_stderr = capturing(logs_specs)
         super().__init__(spec, logs_specs, *args, **kwargs)
         self._deaths = DeathWatch()
+        # A stock script tells nothing of its steps: a worker that cannot run (stopped, uninterruptible) for
+        # the hang floor is frozen; its own code never will end it, and its peers wait in their all-reduce.
+        self._hang_floor = float(os.environ.get(HANG_FLOOR) or HangSettings().floor_seconds)
+        self._cannot_run_since: dict[int, float] = {}
+        self._frozen: dict[int, str] = {}  # pid -> why this agent ended it
 
     def _start_workers(self, worker_group: WorkerGroup) -> dict[int, Any]:
         pids = super()._start_workers(worker_group)
@@ -74,9 +86,28 @@ class ReportingAgent(LocalElasticAgent):
 
     def _failure(self, failure: ProcessFailure) -> Failure:
         died = self._deaths.died_at(failure.pid) or time.time()
+        if failure.pid in self._frozen:
+            return Failure(HUNG_EXIT, at=died, error=self._frozen[failure.pid])
         return Failure(failure.exitcode, at=died, error=error_text(failure, self._stderr_path(failure.local_rank)))
 
+    def _end_frozen_workers(self, worker_group: WorkerGroup) -> None:
+        """SIGKILL a worker that could not run for the hang floor (see `elastic.policy.hang.frozen`)."""
+        now = time.monotonic()
+        for worker in worker_group.workers:
+            pid = worker.id
+            state = process_state(pid) if isinstance(pid, int) else None
+            if state not in CANNOT_RUN:
+                self._cannot_run_since.pop(pid, None)
+                continue
+            since = self._cannot_run_since.setdefault(pid, now)
+            if pid not in self._frozen and frozen("step", since, self._hang_floor, now, state):
+                self._frozen[pid] = (f"worker {worker.local_rank} (pid {pid}) could not run (process state {state}) "
+                                     f"for {now - since:.1f} s: ended by its agent")
+                log.warning("%s", self._frozen[pid])
+                os.kill(pid, signal.SIGKILL)
+
     def _monitor_workers(self, worker_group: WorkerGroup) -> RunResult:
+        self._end_frozen_workers(worker_group)
         result = super()._monitor_workers(worker_group)
         handler = worker_group.spec.rdzv_handler
         if not isinstance(handler, EtcdV3RendezvousHandler):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import time
 
 import pytest
 
@@ -27,3 +28,19 @@ def test_a_sigkilled_agent_takes_its_workers_along(training_job) -> None:
     assert wait_until(lambda: not any(is_running(pid) for pid in workers), 10), (
         f"workers {workers} outlived their agent: " + job.logs()
     )
+
+
+def test_a_stopped_worker_of_a_stock_script_is_ended_by_its_agent_and_charged_once(training_job, monkeypatch) -> None:
+    """A stock script tells nothing of its steps: a worker that cannot run (SIGSTOP) for the hang floor is
+    frozen; its agent ends it (exit 87, charged once) and the job trains on (issue 22)."""
+    monkeypatch.setenv("ELASTIC_HANG_FLOOR_SECONDS", "3")  # the agents inherit it
+    job = training_job(nnodes="2:2", conf={"max_restarts": 3}, steps=100_000)
+    agents = [job.add_agent(launcher=ELASTIC_AGENT) for _ in range(2)]
+    assert wait_until(lambda: len(job.steps()) >= 5 and all(a.worker_pids() for a in agents), 120), job.logs()
+    (stopped,) = agents[1].worker_pids()
+    os.kill(stopped, signal.SIGSTOP)
+    stopped_at = time.time()
+    assert wait_until(lambda: job.budget()["used"] == 1, 60), job.logs()
+    assert wait_until(lambda: len(job.steps_since(stopped_at + 3)) >= 3, 90), "training goes on: " + job.logs()
+    (charge,) = job.budget()["charges"]
+    assert charge["exit_code"] == 87 and "could not run (process state T)" in charge["cause"], charge
