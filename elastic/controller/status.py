@@ -15,7 +15,6 @@ from elastic.controller.reconcile import Observed, fitting, waiting_for_capacity
 from elastic.policy.bounds import clamp_replicas
 from elastic.policy.budget import Budget
 from elastic.policy.capacity import CAPACITY_LIMITED, WAITING_FOR_CAPACITY
-from elastic.rendezvous.protocol import spares_waiting
 from elastic.rendezvous.state import JobState
 
 CREATED, RUNNING, RESTARTING, SUCCEEDED, FAILED = "Created", "Running", "Restarting", "Succeeded", "Failed"
@@ -70,8 +69,9 @@ def job_status(observed: Observed, previous: dict[str, Any] | None, progress: di
     desired = clamp_replicas(spec.replicas, spec.min_replicas, spec.max_replicas)
     # Only ready workers are active (what /scale reports to an HPA): a pod pulling its image is not, nor a
     # spare waiting outside the round.
-    spares = spares_waiting(state) if spec.spares else 0
-    active = max(sum(1 for w in observed.workers if w.alive and w.ready and not w.stopping) - spares, 0)
+    ready = sum(1 for w in observed.workers if w.alive and w.ready and not w.stopping)
+    spares = min(spec.spares, max(ready - desired, 0))  # up to spec.spares ready workers beyond the desired size
+    active = ready - spares
     budget = state.budget
     used, limit = restarts_taken(budget, spec.failure_policy.max_restarts)
     status: dict[str, Any] = {
