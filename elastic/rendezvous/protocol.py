@@ -251,6 +251,11 @@ def plan_round_end(keys: JobKeys, state: JobState, current: Round, incident: Inc
         # Nobody reported: the survivors' workers did not fail (in-place workers catch the error), yet
         # every member still holding a key is alive and will re-join; the lost one holds none.
         expected = tuple(sorted(m for m in current.members if m in state.members))
+    elif incident.reason is RoundEnd.SCALE_UP:
+        # Nothing failed: every member and every newcomer waiting for the next round is known, so the round
+        # seals as soon as they are all in, without waiting out the last call.
+        expected = tuple(sorted({*(m for m in current.members if m in state.members),
+                                 *(m.id for m in state.members.values() if m.target > current.number)}))
     following = Round(
         current.number + 1, previous=current.members, opened_by=incident.reason.value, opened_at=now, expected=expected
     )

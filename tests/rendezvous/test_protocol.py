@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from elastic.codec import decode_budget
 from elastic.policy.budget import Budget, Charge, charge, exhausted_message
-from elastic.policy.incident import RoundEnd
+from elastic.policy.incident import RoundEnd, incident_of
 from elastic.rendezvous.protocol import (
     Change,
     EndDeadRound,
@@ -19,11 +21,12 @@ from elastic.rendezvous.protocol import (
     all_finished,
     join_step,
     membership_change,
+    plan_round_end,
     spares_waiting,
 )
 from elastic.rendezvous.state import Closed, Departure, JobState, Member, Round
 from elastic.spec import parse_job
-from elastic.store import dumps
+from elastic.store import JobKeys, dumps
 
 MEMBER_LOST, ROUND_ENDED, SCALE_UP = RoundEnd.MEMBER_LOST, RoundEnd.ROUND_ENDED, RoundEnd.SCALE_UP
 STORE_UNAVAILABLE = RoundEnd.STORE_UNAVAILABLE
@@ -198,3 +201,16 @@ def test_the_round_a_lost_member_ends_takes_the_spare_in_at_once() -> None:
     after_loss = Round(1, previous={"a": 0, "b": 1}, opened_by="MemberLost", expected=("a",))
     back = JobState(round=after_loss, members={"a": m("a", 1), "c": m("c", 1, joined_at=5.0)})
     assert join_step(back, "c", SPARE_SETTINGS, 0.0, None) == Seal(after_loss, {"a": 0, "c": 1})
+
+
+def test_a_scale_up_expects_every_member_and_newcomer_so_it_seals_without_the_last_call() -> None:
+    keys = JobKeys("default", "j")
+    sealed = Round(3, sealed=True, members={"a": 0, "b": 1}, mod_revision=7)
+    state = JobState(round=sealed, members={"a": m("a", 3), "b": m("b", 3), "n": m("n", 4)}, job_lease=1)
+    plan = plan_round_end(keys, state, sealed, incident_of(RoundEnd.SCALE_UP, None), 100.0)
+    following = next(op for op in plan.ops if getattr(op, "key", None) == keys.round)
+    assert json.loads(following.value)["expected"] == ["a", "b", "n"]
+    after = Round(4, previous=sealed.members, opened_by="ScaleUp", expected=("a", "b", "n"))
+    back = JobState(round=after, members={i: m(i, 4) for i in "abn"})
+    assert join_step(back, "a", Settings(min_nodes=1, max_nodes=4, last_call_seconds=30.0), 0.0, None) == Seal(
+        after, {"a": 0, "b": 1, "n": 2}), "everyone expected is in: no 30 s last call"
