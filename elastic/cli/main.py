@@ -22,6 +22,7 @@ from elastic.cli import (
     run_cmd,
     status_cmd,
 )
+from elastic.cli.common import OUTPUT_CLOSED_EXIT, discard_stdout
 from elastic.errors import ElasticError
 
 VERBS = [run_cmd, jobs_cmd, status_cmd, describe_cmd, logs_cmd, chaos_cmd, etcd_cmd, agent_cmd]
@@ -66,6 +67,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # the reader is gone (`elastic status | head -1`): nobody to tell
+        discard_stdout()
+        return OUTPUT_CLOSED_EXIT
 
 
 if __name__ == "__main__":
