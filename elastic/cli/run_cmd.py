@@ -8,6 +8,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from elastic.cli import local_etcd
 from elastic.cli.common import (
@@ -27,7 +28,6 @@ from elastic.cli.resume import add_resume_option, load_to_run
 from elastic.cli.show import root_cause_lines
 from elastic.controller.election import Election
 from elastic.controller.inspect import read_report
-from elastic.controller.metrics_export import ControllerMetrics
 from elastic.controller.reconcile import capacity_problem
 from elastic.controller.submit import submit_job
 from elastic.errors import PermanentError
@@ -35,6 +35,9 @@ from elastic.policy.bounds import clamp_replicas
 from elastic.rendezvous.run import JobRun
 from elastic.rendezvous.state import Closed
 from elastic.store import JobKeys, Store
+
+if TYPE_CHECKING:
+    from elastic.controller.metrics_export import ControllerMetrics
 
 
 def register(verbs: argparse._SubParsersAction) -> None:
@@ -86,6 +89,8 @@ def serve_metrics(args: argparse.Namespace) -> ControllerMetrics | None:
     """The process's metrics, served before anything starts, so that a port in use fails at once."""
     if args.metrics_port is None:
         return None
+    from elastic.controller.metrics_export import ControllerMetrics  # prometheus_client: only when served
+
     metrics = ControllerMetrics()
     try:
         metrics.serve(args.metrics_port)
