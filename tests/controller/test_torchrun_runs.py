@@ -60,3 +60,6 @@ def test_a_torchrun_run_is_shown_by_status_and_describe(etcd_server, tmp_path, c
         shown = json.loads(capsys.readouterr().out)
         assert shown["metadata"]["annotations"]["elastic.dev/started-by"].startswith("torchrun")
         assert shown["status"]["restarts"] == {"used": 1, "max": 5}, shown
+
+        assert main(["logs", "tiny2", "--etcd", url]) == 1
+        assert "is a run torchrun started" in capsys.readouterr().err
