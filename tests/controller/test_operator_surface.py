@@ -171,6 +171,10 @@ def test_submit_and_scale_hint_when_no_controller_runs(store, etcd_server, tmp_p
     try:
         assert main(["scale", "hint", "2", "--etcd", etcd_server.client_url]) == 0
         assert "'elastic run'" in capsys.readouterr().err, "an elastic run leads: it runs only its own job"
+        store.put(JobKeys("default", "hint").member("agent-1"), b"{}")  # the job is that run's: it has an agent
+        assert main(["scale", "hint", "2", "--etcd", etcd_server.client_url]) == 0
+        assert capsys.readouterr().err == "", "the run that leads runs this job: the change applies"
+        store.delete(JobKeys("default", "hint").member("agent-1"))
     finally:
         run_leads.resign()
     controller = Election(store)
