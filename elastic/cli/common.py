@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import sys
 import time
 from collections.abc import Callable
@@ -22,7 +21,6 @@ from elastic.store import EtcdAuth, Store
 from elastic.store.auth import ENV_VARS, FLAGS
 
 ETCD_ENV = "ELASTIC_ETCD"
-OUTPUT_CLOSED_EXIT = 128 + signal.SIGPIPE  # what a shell reports for a writer ended by a closed pipe
 
 
 def add_etcd_option(parser: argparse.ArgumentParser, starts_one: bool = False) -> None:
@@ -122,11 +120,3 @@ class StatusPrinter:
 
 def format_status_line(status: dict[str, Any], elapsed: float | None = None, job: str | None = None) -> str:
     return status_line(of_status(status), elapsed, job)
-
-
-def discard_stdout() -> None:
-    """stdout was closed (`elastic status | head -1`): whatever is printed from now on goes nowhere, instead
-    of failing again (and at exit, when Python flushes it, with a traceback)."""
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, sys.stdout.fileno())
-    os.close(devnull)

@@ -12,18 +12,17 @@ from typing import TYPE_CHECKING
 
 from elastic.cli import local_etcd
 from elastic.cli.common import (
-    OUTPUT_CLOSED_EXIT,
     StatusPrinter,
     add_etcd_option,
     add_no_tty_option,
     add_process_cap_option,
     connect,
-    discard_stdout,
     format_status_line,
     process_cap,
     whole_number,
 )
 from elastic.cli.live_watch import Following
+from elastic.cli.output import OUTPUT_CLOSED_EXIT, discard_stdout
 from elastic.cli.resume import add_resume_option, load_to_run
 from elastic.cli.show import root_cause_lines
 from elastic.controller.election import Election
