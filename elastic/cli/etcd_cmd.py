@@ -10,17 +10,8 @@ import threading
 from pathlib import Path
 
 from elastic.cli.common import whole_number
-from elastic.cli.local_etcd import (
-    default_data_dir,
-    endpoint_file,
-    remove_endpoint,
-    running,
-    start,
-    stop,
-    write_endpoint,
-)
+from elastic.cli.local_etcd import default_data_dir, endpoint_file, remove_endpoint, running, start, stop
 from elastic.errors import PermanentError
-from elastic.store.server import EtcdServer
 
 ACTIONS = ("start", "stop", "status")
 
@@ -71,26 +62,23 @@ def show_status() -> int:
 
 def foreground(data_dir: Path | None, port: int | None) -> int:
     """Serve until SIGINT or SIGTERM, or until the server itself ends (`elastic etcd stop` from elsewhere)."""
-    found = running()
-    if found is not None:
-        raise PermanentError(f"a local etcd already runs at {found.url} (pid {found.pid}, data: {found.data_dir}): "
-                             "use it, or stop it first with 'elastic etcd stop'")
     stopped = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stopped.set())
-    server = EtcdServer(data_dir=data_dir or default_data_dir(), client_port=port)
-    server.data_dir.mkdir(parents=True, exist_ok=True)
-    server.start()
+    found, server = start(data_dir, port)
+    if server is None:
+        raise PermanentError(f"a local etcd already runs at {found.url} (pid {found.pid}, data: {found.data_dir}): "
+                             "use it, or stop it first with 'elastic etcd stop'")
     assert server.process is not None
     process = server.process
     threading.Thread(target=lambda: (process.wait(), stopped.set()), name="etcd exit", daemon=True).start()
     try:
-        print(f"etcd {server.version} serving at {server.client_url} (data: {server.data_dir})", flush=True)
-        print(f"ELASTIC_ETCD={server.client_url}", flush=True)
-        print(f"address written to {write_endpoint(server)}: other commands here default to it", flush=True)
+        print(f"etcd {server.version} serving at {found.url} (data: {found.data_dir})", flush=True)
+        print(f"ELASTIC_ETCD={found.url}", flush=True)
+        print(f"address written to {endpoint_file()}: other commands here default to it", flush=True)
         stopped.wait()
     finally:
-        remove_endpoint(server.client_url)
+        remove_endpoint(found.url)
         server.stop()
     print("etcd stopped", flush=True)
     return 0
