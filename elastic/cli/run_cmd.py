@@ -211,9 +211,17 @@ class OutputClosed(KeyboardInterrupt):
 
 def _stopped_by(stop: BaseException) -> str:
     if isinstance(stop, (OutputClosed, BrokenPipeError)):
-        discard_stdout()
+        _give_up_stdout()
         return OUTPUT_CLOSED
     return "SIGTERM" if isinstance(stop, Terminated) else "Ctrl-C"
+
+
+def _give_up_stdout() -> None:
+    """Once, whichever way the closed pipe was heard of first (a BrokenPipeError in the main thread, or
+    SIGPIPE from a write in another): no further SIGPIPE raises OutputClosed, even one already pending (it
+    would end the wind-down), and the wind-down's own lines are discarded."""
+    signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+    discard_stdout()
 
 
 def _stop_on_signals() -> None:
@@ -225,8 +233,7 @@ def _stop_on_signals() -> None:
         raise Terminated
 
     def output_closed(*_: object) -> None:
-        signal.signal(signal.SIGPIPE, signal.SIG_IGN)  # once: the wind-down's own writes are discarded
-        discard_stdout()
+        _give_up_stdout()
         raise OutputClosed
 
     signal.signal(signal.SIGTERM, terminate)
