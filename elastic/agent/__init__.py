@@ -101,7 +101,8 @@ class ReportingAgent(LocalElasticAgent):
                 continue
             since = self._cannot_run_since.setdefault(pid, now)
             if pid not in self._frozen and frozen("step", since, self._hang_floor, now, state):
-                self._frozen[pid] = (f"worker {worker.local_rank} (pid {pid}) could not run (process state {state}) "
+                self._frozen[pid] = (f"WorkerFrozenError: worker {worker.local_rank} (pid {pid}) could not run "
+                                     f"(process state {state}) "
                                      f"for {now - since:.1f} s: ended by its agent")
                 log.warning("%s", self._frozen[pid])
                 os.kill(pid, signal.SIGKILL)

@@ -9,10 +9,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from elastic.cli.endpoint_file import read_endpoint
 from elastic.cli.live_state import LiveState, of_status
 from elastic.cli.live_view import status_line
+from elastic.cli.local_etcd import how_to_start, read_endpoint
 from elastic.cluster.local import MAX_PROCESSES_ENV, PROCESSES_PER_CPU, default_max_processes
+from elastic.errors import PermanentError
 from elastic.policy.spec_warnings import spec_warnings
 from elastic.spec import ElasticJob
 from elastic.spec.model import INT32_MAX
@@ -22,19 +23,18 @@ from elastic.store.auth import ENV_VARS, FLAGS
 ETCD_ENV = "ELASTIC_ETCD"
 
 
-def add_etcd_option(parser: argparse.ArgumentParser, required: bool = True) -> None:
-    """`--etcd`: default $ELASTIC_ETCD, else (for commands that need an etcd, not `run`, which starts its
-    own) the address a local `elastic etcd` wrote."""
-    default = os.environ.get(ETCD_ENV) or (read_endpoint() if required else None)
+def add_etcd_option(parser: argparse.ArgumentParser, starts_one: bool = False) -> None:
+    """`--etcd`: default $ELASTIC_ETCD, else this machine's local etcd (cli/local_etcd.py), looked up when the
+    command connects (not when the parser is built: `--help` and `--version` read no file). `starts_one`:
+    the command (`run`) starts the local etcd when none runs, instead of saying how to."""
+    fallback = "the local etcd, started if none runs" if starts_one else "the local etcd ('elastic etcd status')"
     parser.add_argument(
         "--etcd",
-        default=default,
-        required=required and default is None,
+        default=os.environ.get(ETCD_ENV),
         metavar="URL",
-        help=f"etcd endpoint(s), e.g. http://127.0.0.1:2379[,http://h2:2379] (default: ${ETCD_ENV}, else a "
-        f"local 'elastic etcd' that runs)",
+        help=f"etcd endpoint(s), e.g. http://127.0.0.1:2379[,http://h2:2379] (default: ${ETCD_ENV}, else "
+        f"{fallback})",
     )
-
 
     group = parser.add_argument_group("etcd TLS and auth (each defaults to its $ELASTIC_ETCD_* variable)")
     for name, flag in FLAGS.items():
@@ -88,9 +88,19 @@ def etcd_auth(args: argparse.Namespace) -> EtcdAuth:
     return EtcdAuth.from_env().override(**{name: getattr(args, f"etcd_{name}", None) for name in FLAGS})
 
 
+def resolve_etcd(args: argparse.Namespace) -> str:
+    """The command's etcd: `--etcd` (or $ELASTIC_ETCD), else the local etcd that runs, else one line saying how
+    to start one. Kept in `args.etcd`, so that messages name the etcd the command used."""
+    if args.etcd is None:
+        args.etcd = read_endpoint()
+        if args.etcd is None:
+            raise PermanentError(how_to_start())
+    return str(args.etcd)
+
+
 def connect(args: argparse.Namespace, endpoints: str | None = None) -> Store:
-    """The store of a command: `--etcd` (or `endpoints`) with its TLS/auth settings."""
-    return Store(endpoints or args.etcd, retry_seconds=5, timeout=2, auth=etcd_auth(args))
+    """The store of a command: `endpoints`, else its etcd (resolve_etcd), with its TLS/auth settings."""
+    return Store(endpoints or resolve_etcd(args), retry_seconds=5, timeout=2, auth=etcd_auth(args))
 
 
 class StatusPrinter:

@@ -26,7 +26,7 @@ def register(verbs: argparse._SubParsersAction, root: Callable[[], argparse.Argu
 
 
 def words(parser: argparse.ArgumentParser) -> dict[str, list[str]]:
-    """Each verb (and `verb fault` for nested verbs) with its options; "" holds the verbs themselves."""
+    """Each verb (and `verb fault` for nested verbs) with its options and fixed words; "" holds the verbs."""
     found: dict[str, list[str]] = {}
 
     def walk(current: argparse.ArgumentParser, path: str) -> None:
@@ -36,8 +36,10 @@ def words(parser: argparse.ArgumentParser) -> dict[str, list[str]]:
                 options += list(action.choices)
                 for name, sub in action.choices.items():
                     walk(sub, f"{path} {name}".strip())
-            else:
+            elif action.option_strings:
                 options += [o for o in action.option_strings if o.startswith("--") or len(o) == 2]
+            elif action.choices:  # a positional's fixed words (`etcd start|stop|status`, `completion bash`)
+                options += list(action.choices)
         found[path] = options
 
     walk(parser, "")

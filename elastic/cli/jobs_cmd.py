@@ -87,7 +87,7 @@ def scale_cmd(args: argparse.Namespace) -> int:
                 break
         else:
             raise PermanentError(f"job {keys.namespace}/{keys.name} keeps changing; try again")
-        warn_without_controller(store, args.etcd, "the change applies")
+        warn_without_controller(store, args.etcd, "the change applies", keys)
     spec = job.spec
     effective = clamp_replicas(args.replicas, spec.min_replicas, spec.max_replicas)
     bounds = f"{spec.min_replicas}..{spec.max_replicas}"

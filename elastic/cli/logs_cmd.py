@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from elastic.cli.common import add_etcd_option, connect, whole_number
+from elastic.cli.runs import find_run
 from elastic.cli.show import require_job
 from elastic.controller.inspect import JobReport, WorkerLog, read_report, tail, worker_of
 from elastic.controller.status import FINAL_PHASES
@@ -61,6 +62,9 @@ def logs_cmd(args: argparse.Namespace) -> int:
 
 
 def _report(store: Store, keys: JobKeys, endpoints: str) -> JobReport:
+    if find_run(store, keys) is not None:
+        raise PermanentError(f"{keys.namespace}/{keys.name} is a run torchrun started (no ElasticJob): no worker "
+                             "log is recorded; its logs are torchrun's own output, where it was started")
     return read_report(store, require_job(store, keys, endpoints))
 
 

@@ -6,26 +6,31 @@ Errors this project raises on purpose print as one line on stderr (exit 1), neve
 from __future__ import annotations
 
 import argparse
+import importlib
 import logging
 import sys
 from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
 
-from elastic.cli import (
-    agent_cmd,
-    chaos_cmd,
-    completion_cmd,
-    describe_cmd,
-    etcd_cmd,
-    jobs_cmd,
-    logs_cmd,
-    run_cmd,
-    status_cmd,
-)
+from elastic.cli import agent_cmd, completion_cmd
+from elastic.cli.output import OUTPUT_CLOSED_EXIT, discard_stdout
 from elastic.errors import ElasticError
 
-VERBS = [run_cmd, jobs_cmd, status_cmd, describe_cmd, logs_cmd, chaos_cmd, etcd_cmd, agent_cmd]
+# The module of each verb, in the order `--help` lists them. Only the module of the verb asked for is
+# imported (each imports what its verb runs: the etcd client, the spec model, rich), so a command starts
+# in a fraction of a second; `--help`, a mistyped verb and completion build them all.
+VERBS: dict[str, tuple[str, ...]] = {
+    "run_cmd": ("run", "controller"),
+    "jobs_cmd": ("validate", "submit", "scale", "delete"),
+    "status_cmd": ("status",),
+    "describe_cmd": ("describe",),
+    "logs_cmd": ("logs",),
+    "chaos_cmd": ("chaos",),
+    "etcd_cmd": ("etcd",),
+    "agent_cmd": ("agent",),
+}
 GLOBAL_FLAGS = ("-v", "--verbose")
+NO_VERB = "--version"  # answered before any verb is needed: no verb module is imported
 
 
 def package_version() -> str:
@@ -35,7 +40,8 @@ def package_version() -> str:
         return "unknown"
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(verb: str | None = None) -> argparse.ArgumentParser:
+    """The command line: every verb, or only `verb` (NO_VERB: none)."""
     parser = argparse.ArgumentParser(
         prog="elastic",
         description="Elastic PyTorch training on etcd v3.",
@@ -43,9 +49,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug detail to stderr")
     parser.add_argument("--version", action="version", version=f"elastic {package_version()}")
     verbs = parser.add_subparsers(dest="verb", metavar="VERB", required=True)
-    for verb in VERBS:
-        verb.register(verbs)
-    completion_cmd.register(verbs, build_parser)
+    known = {name for names in VERBS.values() for name in names} | {"completion"}
+    wanted = verb if verb in known or verb == NO_VERB else None
+    for module, names in VERBS.items():
+        if wanted is None or wanted in names:
+            importlib.import_module(f"elastic.cli.{module}").register(verbs)
+    if wanted in (None, "completion"):
+        completion_cmd.register(verbs, build_parser)
     return parser
 
 
@@ -54,7 +64,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     first = next((i for i, word in enumerate(argv) if word not in GLOBAL_FLAGS), len(argv))
     if argv[first : first + 1] == ["agent"]:  # torchrun's arguments, untouched by argparse
         return agent_cmd.run_agent(argv[first + 1 :])
-    args = build_parser().parse_args(argv)
+    args = build_parser(argv[first] if first < len(argv) else None).parse_args(argv)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -66,6 +76,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # the reader is gone (`elastic status | head -1`): nobody to tell
+        discard_stdout()
+        return OUTPUT_CLOSED_EXIT
 
 
 if __name__ == "__main__":

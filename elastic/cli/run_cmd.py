@@ -8,7 +8,9 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from elastic.cli import local_etcd
 from elastic.cli.common import (
     StatusPrinter,
     add_etcd_option,
@@ -20,33 +22,35 @@ from elastic.cli.common import (
     whole_number,
 )
 from elastic.cli.live_watch import Following
+from elastic.cli.output import OUTPUT_CLOSED_EXIT, discard_stdout
 from elastic.cli.resume import add_resume_option, load_to_run
 from elastic.cli.show import root_cause_lines
 from elastic.controller.inspect import read_report
 from elastic.controller.machinery.etcd_election import Election
-from elastic.controller.manager import LocalControllerManager, LocalJobRunner
-from elastic.controller.metrics_export import ControllerMetrics
 from elastic.controller.reconcile import capacity_problem
 from elastic.controller.submit import submit_job
 from elastic.errors import PermanentError
 from elastic.rendezvous.run import JobRun
 from elastic.rendezvous.state import Closed
 from elastic.store import JobKeys, Store
-from elastic.store.server import EtcdServer
+
+if TYPE_CHECKING:
+    from elastic.controller.metrics_export import ControllerMetrics
 
 
 def register(verbs: argparse._SubParsersAction) -> None:
     run = verbs.add_parser(
         "run",
-        help="run an ElasticJob on this machine (managed etcd + controller + worker processes)",
-        description="Validate JOB.yaml, start a managed etcd unless --etcd is given, submit the job, run the "
+        help="run an ElasticJob on this machine (local etcd + controller + worker processes)",
+        description="Validate JOB.yaml, use this machine's local etcd unless --etcd is given (started if none "
+        "runs, it keeps the job's keys after the run for 'elastic status|describe|logs'), submit the job, run the "
         "controller in this process with local worker processes, show progress (live on a terminal), and exit 0 "
         "on Succeeded. Paths in JOB.yaml (the worker's workingDir, which defaults to the file's directory, and "
         "spec.checkpointDir) are relative to the file, so it runs the same from any directory. Each run starts "
         "from scratch unless the job sets spec.checkpointDir and --resume is given.",
     )
     run.add_argument("job_file", metavar="JOB.yaml", type=Path)
-    add_etcd_option(run, required=False)
+    add_etcd_option(run, starts_one=True)
     run.add_argument("--log-dir", type=Path, default=None, help="where worker logs go (default: a temp dir)")
     add_process_cap_option(run)
     add_metrics_option(run)
@@ -83,6 +87,8 @@ def serve_metrics(args: argparse.Namespace) -> ControllerMetrics | None:
     """The process's metrics, served before anything starts, so that a port in use fails at once."""
     if args.metrics_port is None:
         return None
+    from elastic.controller.metrics_export import ControllerMetrics  # prometheus_client: only when served
+
     metrics = ControllerMetrics()
     try:
         metrics.serve(args.metrics_port)
@@ -93,6 +99,8 @@ def serve_metrics(args: argparse.Namespace) -> ControllerMetrics | None:
 
 
 def run_job(args: argparse.Namespace) -> int:
+    from elastic.controller.manager import LocalJobRunner  # imports torch: only the verbs that run training
+
     job = load_to_run(args.job_file, args.resume)
     spec, cap = job.spec, process_cap(args)
     too_many = capacity_problem(job, spec.min_replicas, cap)  # a job that fits smaller runs at what fits
@@ -100,13 +108,12 @@ def run_job(args: argparse.Namespace) -> int:
         raise PermanentError(too_many)
     metrics = serve_metrics(args)
     log_dir = args.log_dir or Path(tempfile.mkdtemp(prefix=f"elastic-{job.metadata.name}-"))
-    server = None
-    if args.etcd is None:
-        server = EtcdServer().start()
-        print(f"etcd {server.version} started at {server.client_url} (v3 API only)", flush=True)
-    endpoints = server.client_url if server is not None else args.etcd  # '' is an error in connect()
-    _stop_on_sigterm()
-    store = connect(args, endpoints) if server is None else Store(endpoints)
+    _stop_on_signals()
+    if args.etcd is None:  # the local etcd, with no TLS or auth of $ELASTIC_ETCD_* meant for another one
+        endpoints = _local_etcd()
+        store = Store(endpoints)
+    else:
+        store, endpoints = connect(args), args.etcd  # '' is an error in connect()
     keys = JobKeys(job.metadata.namespace, job.metadata.name)
     runner = view = None
     try:
@@ -119,8 +126,8 @@ def run_job(args: argparse.Namespace) -> int:
         runner = LocalJobRunner(store, job, endpoints, log_dir, election, cap, metrics)
         status = runner.run_until_done()
         cause = [] if status.get("phase") == "Succeeded" else root_cause_lines(read_report(store, job))
-    except KeyboardInterrupt as stop:
-        how = "SIGTERM" if isinstance(stop, Terminated) else "Ctrl-C"
+    except (KeyboardInterrupt, BrokenPipeError) as stop:
+        how = _stopped_by(stop)
         print(f"interrupted ({how}): stopping the workers and finishing job {job.key}", file=sys.stderr, flush=True)
         closed = Closed(INTERRUPTED, f"elastic run was stopped ({how})", time.time())
         if runner is not None:
@@ -131,7 +138,7 @@ def run_job(args: argparse.Namespace) -> int:
             status = {}
         if status.get("phase"):
             print(format_status_line(status), flush=True)
-        return 130
+        return OUTPUT_CLOSED_EXIT if how == OUTPUT_CLOSED else 130
     finally:
         if runner is not None:
             runner.stop_workers()
@@ -139,8 +146,6 @@ def run_job(args: argparse.Namespace) -> int:
         if view is not None:  # the job's end shown, the terminal handed back before the last lines
             view.close()
         store.close()
-        if server is not None:
-            server.remove()
     print(format_status_line(status), flush=True)
     if status.get("phase") == "Succeeded":
         return 0
@@ -150,14 +155,29 @@ def run_job(args: argparse.Namespace) -> int:
     return 1
 
 
+def _local_etcd() -> str:
+    """This machine's local etcd (cli/local_etcd.py), started if none runs; it outlives the run, so that
+    `elastic status`, `describe` and `logs` still read the job afterwards."""
+    found, server = local_etcd.start()
+    if server is None:
+        print(f"using the local etcd at {found.url} (data: {found.data_dir})", flush=True)
+    else:
+        print(f"etcd {server.version} started at {found.url} (v3 API only); it keeps running after this run, so "
+              f"that 'elastic status|describe|logs' read the job (data: {found.data_dir}; 'elastic etcd stop' "
+              "stops it)", flush=True)
+    return found.url
+
+
 def run_controller(args: argparse.Namespace) -> int:
-    _stop_on_sigterm()
+    _stop_on_signals()
     store = connect(args)
     metrics = serve_metrics(args)
     if args.backend == "kubernetes":  # ElasticJobs from the API server, one leader among the replicas
         from elastic.controller.kube_manager import run_kubernetes_controller
 
         return run_kubernetes_controller(store, args.etcd, health_port=args.health_port, metrics=metrics)
+    from elastic.controller.manager import LocalControllerManager  # imports torch, as run_job says
+
     manager = LocalControllerManager(
         store,
         args.etcd,
@@ -177,16 +197,43 @@ def run_controller(args: argparse.Namespace) -> int:
 
 
 INTERRUPTED = "Interrupted"
+OUTPUT_CLOSED = "stdout closed"
 
 
 class Terminated(KeyboardInterrupt):
     """SIGTERM, handled as Ctrl-C is (the job is finished, the workers stopped) and named as such."""
 
 
-def _stop_on_sigterm() -> None:
-    """SIGTERM ends the process like Ctrl-C, so that the job is finished and the workers stopped."""
+class OutputClosed(KeyboardInterrupt):
+    """stdout was closed (`elastic run JOB.yaml | head -2`): the run stops as Ctrl-C stops it, silently."""
 
-    def interrupt(*_: object) -> None:
+
+def _stopped_by(stop: BaseException) -> str:
+    if isinstance(stop, (OutputClosed, BrokenPipeError)):
+        _give_up_stdout()
+        return OUTPUT_CLOSED
+    return "SIGTERM" if isinstance(stop, Terminated) else "Ctrl-C"
+
+
+def _give_up_stdout() -> None:
+    """Once, whichever way the closed pipe was heard of first (a BrokenPipeError in the main thread, or
+    SIGPIPE from a write in another): no further SIGPIPE raises OutputClosed, even one already pending (it
+    would end the wind-down), and the wind-down's own lines are discarded."""
+    signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+    discard_stdout()
+
+
+def _stop_on_signals() -> None:
+    """SIGTERM ends the process like Ctrl-C, so that the job is finished and the workers stopped. So does a
+    closed stdout: a write to it raises SIGPIPE, which Python ignores, in whichever thread wrote (the live
+    view's, often); handled here, the main thread hears of it at once."""
+
+    def terminate(*_: object) -> None:
         raise Terminated
 
-    signal.signal(signal.SIGTERM, interrupt)
+    def output_closed(*_: object) -> None:
+        _give_up_stdout()
+        raise OutputClosed
+
+    signal.signal(signal.SIGTERM, terminate)
+    signal.signal(signal.SIGPIPE, output_closed)

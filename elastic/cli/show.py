@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from elastic.codec import leader_holder
-from elastic.controller.inspect import JobReport, failed_worker_log, find_job, tail
+from elastic.controller.inspect import JobReport, failed_worker_log, find_job, live_parts, tail
 from elastic.controller.status import parse_timestamp
 from elastic.errors import PermanentError
 from elastic.spec import ElasticJob
@@ -68,9 +68,12 @@ def controller_leading(store: Store) -> dict[str, Any] | None:
     return {**info, "holder": holder}
 
 
-def warn_without_controller(store: Store, endpoints: str, what: str) -> None:
-    """One `warning:` line when nothing will act on a job, or only an `elastic run` busy with its own."""
+def warn_without_controller(store: Store, endpoints: str, what: str, keys: JobKeys | None = None) -> None:
+    """One `warning:` line when nothing will act on a job, or only an `elastic run` busy with another one
+    (`keys`: the job; when it has live agents or workers under an acting `elastic run`, that run is its)."""
     leader = controller_leading(store)
+    if leader is not None and leader.get("role") == "run" and keys is not None and live_parts(store, keys):
+        return
     if leader is None:
         print(f"warning: no controller is running against {endpoints} (no leader key {controller_leader_key()}): "
               f"{what} once one runs: elastic controller --etcd {endpoints}", file=sys.stderr)

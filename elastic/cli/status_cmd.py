@@ -3,18 +3,21 @@
 `-o json|yaml` prints Kubernetes-shaped objects (`apiVersion`, `kind`, `metadata`, `spec`, `status`; a
 `List` of them without JOB), so the same tools read a local job and an ElasticJob from the API server.
 A failed job's table row is followed by its root cause: the failing worker's log path and last lines.
+Runs started with stock torchrun (no spec) are listed too, from their rendezvous keys (cli/runs.py).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Sequence
 from typing import Any
 
 import yaml
 
 from elastic.cli.common import add_etcd_option, add_no_tty_option, connect
 from elastic.cli.live_watch import JobFollower, make_sink
+from elastic.cli.runs import RunReport, find_run, list_runs, read_run, run_object
 from elastic.cli.show import age, columns, require_job, root_cause_lines
 from elastic.codec import CORRUPT_STATE
 from elastic.controller.inspect import JobReport, read_report
@@ -47,7 +50,8 @@ def watch_cmd(args: argparse.Namespace) -> int:
         raise PermanentError(f"status -w draws a table: -o {args.output} is for one look (drop -w or -o)")
     keys = JobKeys.parse(args.job)
     with connect(args) as store:
-        require_job(store, keys, args.etcd)
+        if find_run(store, keys) is None:  # a torchrun run is followed as a job is
+            require_job(store, keys, args.etcd)
         sink = make_sink(args.no_tty)
         try:
             JobFollower(store, keys, sink).follow()
@@ -62,17 +66,23 @@ def status_cmd(args: argparse.Namespace) -> int:
     if args.watch:
         return watch_cmd(args)
     with connect(args) as store:
-        jobs = [require_job(store, JobKeys.parse(args.job), args.etcd)] if args.job else list_jobs(store)
+        if args.job:
+            keys = JobKeys.parse(args.job)
+            run = find_run(store, keys)
+            runs = [run] if run else []
+            jobs = [] if run else [require_job(store, keys, args.etcd)]
+        else:
+            jobs, runs = list_jobs(store), [read_run(store, keys) for keys in list_runs(store)]
         reports = [read_report(store, job) for job in jobs]
     if args.output == "name":
-        print("".join(f"{r.job.key}\n" for r in reports), end="")
+        print("".join(f"{key}\n" for key in [*(r.job.key for r in reports), *(r.key for r in runs)]), end="")
     elif args.output in ("json", "yaml"):
-        objects = [as_object(r) for r in reports]
+        objects = [*map(as_object, reports), *map(run_object, runs)]
         shown = objects[0] if args.job else {"apiVersion": "v1", "kind": "List", "items": objects}
         text = json.dumps(shown, indent=2) + "\n" if args.output == "json" else yaml.safe_dump(shown, sort_keys=False)
         print(text, end="")
     else:
-        print_table(reports, wide=args.output == "wide")
+        print_table(reports, runs, wide=args.output == "wide")
     return 0
 
 
@@ -100,9 +110,24 @@ def row(report: JobReport, wide: bool) -> tuple[str, ...]:
     return (*cells, "-" if loss is None else f"{loss:.4f}", report.job.metadata.uid or "-", last or "-")
 
 
-def print_table(reports: list[JobReport], wide: bool = False) -> None:
+def run_row(run: RunReport, wide: bool) -> tuple[str, ...]:
+    """A torchrun run's row: what its keys say (live agents for REPLICAS; no spec, so no desired count, bounds
+    or age), `-` for the rest."""
+    status = run.status
+    cells = (
+        run.key, status["phase"], f"{len(run.state.members)}/-", "-", "-", str(status.get("round", "-")),
+        str(status.get("worldSize", "-")), status.get("restartsText", "-"), "-", "-", status["reason"],
+    )  # fmt: skip
+    if not wide:
+        return cells
+    charges = run.state.budget.charges if run.state.budget else ()
+    return (*cells, "-", run.state.run_id or "-", charges[-1].cause if charges else "-")
+
+
+def print_table(reports: list[JobReport], runs: Sequence[RunReport] = (), wide: bool = False) -> None:
     header = HEADER + WIDE if wide else HEADER
-    for line in columns(header, [row(r, wide) for r in reports]):
+    rows = [row(r, wide) for r in reports] + [run_row(r, wide) for r in runs]
+    for line in columns(header, rows):
         print(line)
     for report in reports:  # what went wrong, where: a corrupt key, or a failed worker's own words
         status = report.status

@@ -1,8 +1,14 @@
 """The controller's Prometheus metrics (`--metrics-port`): applies what metrics.advance decides.
 
-Labels are `namespace`, `job`, `reason` and `phase` only: never a worker or member name, which change on
-every restart and would make a series per incident. Counters are this process's: a controller started
-later counts, on first sight of a job, what etcd holds of it (its rounds and charges so far).
+Labels are `job_namespace`, `job_name`, `reason` and `phase` only: never a worker or member name, which
+change on every restart and would make a series per incident. Not `job` or `namespace`: Prometheus sets
+those itself on every scraped sample (the scrape job; on Kubernetes the target's namespace), so a default
+scrape would rename ours to `exported_job`/`exported_namespace` (Kubeflow's training operator says
+`job_namespace` for the same reason). These names are part of the interface: dashboards and alerts use them.
+
+Counters are this process's: a controller started later counts, on first sight of a job, what etcd holds
+of it (its rounds and charges so far). A job's counters exist at 0 from its first step (each charge reason
+the rendezvous knows), so that `increase()` and alerts see the first charge as a change, not as a new series.
 """
 
 from __future__ import annotations
@@ -14,9 +20,11 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 
 from elastic.controller.metrics import FIRST_STEP, RENDEZVOUS, Seen, advance, sample_of
 from elastic.controller.status import CONDITION_TYPES
+from elastic.rendezvous.protocol import MEMBER_LOST, WORKER_FAILURE
 from elastic.rendezvous.state import JobState
 
-JOB = ("namespace", "job")
+JOB = ("job_namespace", "job_name")
+CHARGE_REASONS = (WORKER_FAILURE, MEMBER_LOST)  # the series of every job from its start; others on first use
 # A recovery takes seconds (a re-rendezvous with lastCallSeconds) to minutes (pods scheduled anew).
 RECOVERY_BUCKETS = (0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600, float("inf"))
 
@@ -66,9 +74,10 @@ class ControllerMetrics:
         key = f"{namespace}/{name}"
         sample = sample_of(run_id, state, status)
         self._seen[key], updates = advance(self._seen.get(key), sample, time.time())
-        labels = {"namespace": namespace, "job": name}
-        if updates.rounds:
-            self.rounds.labels(**labels).inc(updates.rounds)
+        labels = dict(zip(JOB, (namespace, name), strict=True))
+        self.rounds.labels(**labels).inc(updates.rounds)  # 0 too: the series exists from the job's start
+        for reason in CHARGE_REASONS:
+            self.charges.labels(**labels, reason=reason)
         for reason in updates.charges:
             self.charges.labels(**labels, reason=reason).inc()
         for phase, seconds in updates.recovery:

@@ -218,7 +218,8 @@ class InPlaceAgent:
             kind, since, deadline = seen
             state = process_state(process.pid)
             if frozen(kind, since, deadline, now, state):
-                self.frozen[rank] = (f"worker {rank} (pid {process.pid}) could not run (process state {state}) and "
+                self.frozen[rank] = (f"WorkerFrozenError: worker {rank} (pid {process.pid}) could not run "
+                                     f"(process state {state}) and "
                                      f"was {now - since:.1f} s into its {kind}, past its step deadline of "
                                      f"{deadline:.1f} s: ended by its agent")
                 log.warning("%s", self.frozen[rank])

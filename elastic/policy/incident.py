@@ -139,12 +139,13 @@ class Failure:
 
     @property
     def error_line(self) -> str | None:
-        """The line of its error that says what went wrong: the last exception line, else the last line."""
+        """The line of its error that says what went wrong: the last exception line (`ValueError: ...`); None
+        when there is none (the last line of a killed worker's output is no cause: a progress line, a warning)."""
         if not self.error:
             return None
         lines = [_RANK_PREFIX.sub("", line).strip() for line in self.error.splitlines() if line.strip()]
         exceptions = [line for line in lines if _exception_line(line)]
-        return (exceptions or lines or [None])[-1]
+        return exceptions[-1] if exceptions else None
 
     def describe(self) -> str:
         """'OOMKilled, exit code 137 (SIGKILL) of worker n1/0' for status messages and logs."""

@@ -15,7 +15,7 @@ from harness.agents import wait_until
 pytestmark = pytest.mark.slow
 
 STARTUP = 90
-LABELS = {"namespace": "default", "job": "metrics-crash"}
+LABELS = {"job_namespace": "default", "job_name": "metrics-crash"}
 
 
 def free_port() -> int:
@@ -56,6 +56,7 @@ def test_a_crash_is_one_charge_two_rounds_and_a_timed_recovery(cli, tmp_path) ->
     assert wait_until(running, STARTUP) and run.poll() is None, cli.output(run)
     before = seen["now"]
     assert value(before, "elastic_rounds_total", **LABELS) == 1
+    assert value(before, "elastic_restarts_charged_total", **LABELS, reason="WorkerFailure") == 0, "there at 0"
     assert value(before, "elastic_restart_budget_remaining", **LABELS) == 3
     assert value(before, "elastic_members", **LABELS) == 2
     assert value(before, "elastic_jobs", phase="Running") == 1

@@ -13,7 +13,7 @@ import pytest
 import yaml
 from cli_harness import REPO
 
-from elastic.cli.endpoint_file import ENDPOINT_FILE_ENV, endpoint_file, write_endpoint
+from elastic.cli.local_etcd import STATE_ENV, endpoint_file
 from elastic.cli.main import build_parser, main
 from elastic.controller.machinery.etcd_election import Election
 from elastic.controller.reconcile import Observed
@@ -171,6 +171,10 @@ def test_submit_and_scale_hint_when_no_controller_runs(store, etcd_server, tmp_p
     try:
         assert main(["scale", "hint", "2", "--etcd", etcd_server.client_url]) == 0
         assert "'elastic run'" in capsys.readouterr().err, "an elastic run leads: it runs only its own job"
+        store.put(JobKeys("default", "hint").member("agent-1"), b"{}")  # the job is that run's: it has an agent
+        assert main(["scale", "hint", "2", "--etcd", etcd_server.client_url]) == 0
+        assert capsys.readouterr().err == "", "the run that leads runs this job: the change applies"
+        store.delete(JobKeys("default", "hint").member("agent-1"))
     finally:
         run_leads.resign()
     controller = Election(store)
@@ -201,7 +205,7 @@ def test_version(capsys) -> None:
 
 
 def test_without_etcd_flag_or_variable_commands_use_a_running_local_elastic_etcd(tmp_path, monkeypatch) -> None:
-    monkeypatch.setenv(ENDPOINT_FILE_ENV, str(tmp_path / "endpoint"))
+    monkeypatch.setenv(STATE_ENV, str(tmp_path))
     monkeypatch.delenv("ELASTIC_ETCD", raising=False)
     env = {**os.environ}
     etcd = subprocess.Popen([sys.executable, "-m", "elastic.cli.main", "etcd"], cwd=REPO, env=env,
@@ -217,14 +221,23 @@ def test_without_etcd_flag_or_variable_commands_use_a_running_local_elastic_etcd
     assert not endpoint_file().exists(), "removed when that etcd stops"
 
 
-def test_an_address_whose_etcd_is_gone_is_no_default(tmp_path, monkeypatch, capsys) -> None:
-    monkeypatch.setenv(ENDPOINT_FILE_ENV, str(tmp_path / "endpoint"))
+@pytest.mark.parametrize("pid", ["dead", "another program"])
+def test_an_address_whose_etcd_is_gone_is_no_default_and_the_error_says_how_to_start_one(
+    pid, tmp_path, monkeypatch, capsys
+) -> None:
+    monkeypatch.setenv(STATE_ENV, str(tmp_path))
     monkeypatch.delenv("ELASTIC_ETCD", raising=False)
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
-    write_endpoint("http://127.0.0.1:1", int(dead.stdout))
-    with pytest.raises(SystemExit):
-        main(["status"])
-    assert "--etcd" in capsys.readouterr().err
+    if pid == "dead":
+        dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+        pid = dead.stdout.strip()
+    else:  # a reused pid: alive, but not that etcd
+        pid = str(os.getpid())
+    endpoint_file().parent.mkdir(parents=True)
+    endpoint_file().write_text(f"http://127.0.0.1:1\n{pid}\n{tmp_path / 'etcd'}\n")
+    assert main(["status"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: no etcd given (--etcd URL or $ELASTIC_ETCD)"), err
+    assert "'elastic etcd start'" in err and len(err.splitlines()) == 1, err
 
 
 def test_bash_completion_completes_verbs_options_and_job_names(store, etcd_server, capsys) -> None:

@@ -172,7 +172,7 @@ def test_the_kubernetes_controller_records_its_jobs_metrics(fake, api_client, et
             name = f"m-{uuid.uuid4().hex[:6]}"
             fake.add_job(job_doc(name))
             pods_until(fake, manager, name, 2)
-            labels = {"namespace": "team-a", "job": name}
+            labels = {"job_namespace": "team-a", "job_name": name}
             assert metrics.registry.get_sample_value("elastic_replicas_desired", labels) == 2
             assert metrics.registry.get_sample_value("elastic_rounds_total", labels) == 1
         finally:

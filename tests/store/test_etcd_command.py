@@ -55,3 +55,33 @@ def test_elastic_etcd_serves_until_sigint(tmp_path) -> None:
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def test_one_local_etcd_at_a_time_found_by_status_and_ended_by_stop_from_another_terminal(tmp_path) -> None:
+    env = {**os.environ, "XDG_STATE_HOME": str(tmp_path)}
+
+    def elastic(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "elastic.cli.main", *args], env=env, capture_output=True,
+                              text=True, timeout=60)  # fmt: skip
+
+    assert elastic("etcd", "status").returncode == 1, "none runs yet"
+    foreground = subprocess.Popen([sys.executable, "-m", "elastic.cli.main", "etcd"], env=env,
+                                  stdout=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        assert foreground.stdout is not None
+        first = foreground.stdout.readline()
+        assert f"(data: {tmp_path / 'elastic' / 'etcd'})" in first, first
+        status = elastic("etcd", "status")
+        assert status.returncode == 0 and "etcd serving at http://127.0.0.1:" in status.stdout, status.stderr
+        second = elastic("etcd", "start")
+        assert second.returncode == 0 and "etcd already runs at" in second.stdout, second.stdout + second.stderr
+        again = elastic("etcd")
+        assert again.returncode == 1 and "already runs" in again.stderr and "'elastic etcd stop'" in again.stderr
+        stopped = elastic("etcd", "stop")
+        assert stopped.returncode == 0 and "stopped (data kept in" in stopped.stdout, stopped.stdout
+        assert foreground.wait(timeout=30) == 0, "the foreground etcd command ends with its server"
+        assert elastic("etcd", "status").returncode == 1
+    finally:
+        elastic("etcd", "stop")  # on a failure above too: never an etcd left behind
+        if foreground.poll() is None:
+            foreground.kill()
