@@ -26,11 +26,16 @@ against the namespace's Pod Security) fails its job as WorkerStartFailed instead
 
 Only the verbs in manifests/rbac.yaml are used: pods create/list/delete/patch (patch only takes the
 tracking finalizer off).
+
+Every request has a deadline (`BoundedApiClient`): an API server that accepts a request and never answers
+(a half-open connection, a restarting server behind a load balancer) costs the request its timeout, never
+the controller its loop. Such transport failures are `TRANSPORT_ERRORS`, retried like a 5xx.
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import json
 import logging
@@ -38,7 +43,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from kubernetes.client import ApiException, CoreV1Api
+import urllib3
+from kubernetes.client import ApiClient, ApiException, Configuration, CoreV1Api
 
 from elastic.cluster.base import WorkerLaunch, WorkerObservation
 from elastic.cluster.pod_manifest import (
@@ -57,6 +63,32 @@ from elastic.spec import ElasticJob
 log = logging.getLogger(__name__)
 
 EXPECTATION_SECONDS = 30.0  # how long a created pod may be missing from the informer's cache
+REQUEST_TIMEOUT = (5.0, 30.0)  # (connect, read) seconds of every request that does not say otherwise
+# What a request raises when the API server is not reached or stops answering: refused, reset, timed out
+# (urllib3's MaxRetryError, ProtocolError, ReadTimeoutError; socket errors). Temporary, like a 503.
+TRANSPORT_ERRORS: tuple[type[BaseException], ...] = (urllib3.exceptions.HTTPError, OSError)
+
+
+class BoundedApiClient(ApiClient):
+    """The controller's `ApiClient`: every request without a `_request_timeout` of its own gets `timeout`, and
+    urllib3 retries nothing.
+
+    The generated API methods pass no timeout unless asked, and a request left without one waits forever on
+    a connection that stopped answering (kubernetes-client/python#1148, #1402). urllib3's default of three
+    retries would make every timed-out GET take four times its timeout: the work queue and the Lease's renew
+    loop retry instead, each with its own delay.
+    """
+
+    def __init__(self, configuration: Configuration, timeout: tuple[float, float] = REQUEST_TIMEOUT) -> None:
+        configuration = copy.deepcopy(configuration)
+        configuration.retries = False
+        super().__init__(configuration)
+        self.timeout = timeout
+
+    def call_api(self, method: str, url: str, header_params: Any = None, body: Any = None, post_params: Any = None,
+                 _request_timeout: Any = None) -> Any:  # fmt: skip
+        timeout = self.timeout if _request_timeout is None else _request_timeout
+        return super().call_api(method, url, header_params, body, post_params, _request_timeout=timeout)
 
 
 class KubernetesWorkers:

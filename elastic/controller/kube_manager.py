@@ -14,14 +14,14 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from kubernetes import config
-from kubernetes.client import ApiClient, ApiException, CoordinationV1Api, CoreV1Api, CustomObjectsApi
+from kubernetes.client import ApiException, Configuration, CoordinationV1Api, CoreV1Api, CustomObjectsApi
 
-from elastic.cluster.kubernetes import KubernetesWorkers
+from elastic.cluster.kubernetes import TRANSPORT_ERRORS, BoundedApiClient, KubernetesWorkers
 from elastic.codec import CorruptValueError, decode_json_object
 from elastic.controller.kube_status import KubeStatus
 from elastic.controller.loop import JobController
 from elastic.controller.machinery.etcd_election import Election
-from elastic.controller.machinery.informer import Informer, object_key
+from elastic.controller.machinery.informer import WATCH_READ_SECONDS, Informer, object_key
 from elastic.controller.machinery.kube_leadership import FencedWorkers, KubeLeadership, exit_on_loss
 from elastic.controller.machinery.lease_election import LEASE_NAME, KubernetesLeases, LeaderElector
 from elastic.controller.machinery.workqueue import WorkQueue
@@ -44,6 +44,9 @@ ACTIVE_REQUEUE_SECONDS = 5.0  # a running job is reconciled again at least this 
 # agents' torch store, progress or incident answers, which change far more often and decide nothing.
 _DECIDING_KEYS = frozenset({"round", "members", "closed", "budget", "departed", "done", "exits", "incidents"})
 RESYNC_SECONDS = 300.0  # every cached job once more, for an event that might have been lost
+# /healthz fails once the last pass, or the last word from the API server on a watch, is older than this:
+# above the watches' read timeout (a dead watch is noticed and retried before the kubelet is told).
+STALE_SECONDS = 2 * WATCH_READ_SECONDS
 _WORKER_PODS = "elastic.dev/job"  # label selector: every pod of every ElasticJob
 
 
@@ -56,7 +59,11 @@ class KubernetesControllerManager:
     change, and a running job is queued again every ACTIVE_REQUEUE_SECONDS. One job's handling never stops
     another's: an API error for a job (409, 429, 5xx, an RBAC 403) becomes a `ReconcileError` condition and
     a Warning event on that job, and the job is retried after a growing delay; a pod the API server refuses
-    for good (Pod Security, an invalid template) fails that job (WorkerStartFailed).
+    for good (Pod Security, an invalid template) fails that job (WorkerStartFailed). Every request has a
+    deadline (`BoundedApiClient`, the watches' read timeout): a timed-out, refused or reset request is that
+    job's retry with backoff, and the rest of the pass waits for the next one (the server is likely away for
+    every job alike); nothing of the API server's state ends the process. Once an informer lists again
+    after a failure, every job is queued: what changed while the server was away is seen at once.
 
     Only the leader acts (machinery/kube_leadership.py): each pass asks for the fenced store of the etcd epoch and
     every etcd write goes through it. The ElasticJob object is the only truth for the spec: it is mirrored
@@ -69,7 +76,7 @@ class KubernetesControllerManager:
         self,
         store: Store,
         endpoints: str,
-        api_client: ApiClient,
+        api_client: BoundedApiClient,
         identity: str,
         lease_namespace: str,
         watch_namespace: str | None = None,
@@ -77,7 +84,13 @@ class KubernetesControllerManager:
         on_lost: Callable[[str], None] | None = None,
         worker_etcd_secret: str | None = None,
         metrics: ControllerMetrics | None = None,
+        watch_read_seconds: float = WATCH_READ_SECONDS,
+        stale_seconds: float = STALE_SECONDS,
     ) -> None:
+        """`api_client`: a `BoundedApiClient` (a plain one would let a hung request stop the controller).
+        `watch_read_seconds`: a watch silent that long is a dead connection; `stale_seconds`: see `unhealthy`."""
+        if not isinstance(api_client, BoundedApiClient):
+            raise TypeError("the controller needs a BoundedApiClient: every request must have a deadline")
         self.store = store
         self.metrics = metrics  # one per process: counts survive a change of leader
         self.worker_etcd_secret = worker_etcd_secret
@@ -90,6 +103,8 @@ class KubernetesControllerManager:
         self.leadership = KubeLeadership(self.elector, election, on_lost)
         self._acting_as: FencedStore | None = None
         self.watch_namespace = watch_namespace
+        self.watch_read_seconds = watch_read_seconds
+        self.stale_seconds = stale_seconds
         self.queue = WorkQueue()
         self._seen: dict[tuple[str, str], tuple[Any, ...]] = {}  # what of each job last queued it
         self.jobs = self._job_informer()
@@ -97,21 +112,25 @@ class KubernetesControllerManager:
         self.controllers: dict[str, tuple[JobController, FencedWorkers, KubeStatus]] = {}
         self.finished: set[str] = set()  # `namespace/name/uid` of jobs already wound down
         self._resynced = time.monotonic()
+        self._passed = time.monotonic()  # when the last pass ended (/healthz)
+        self._relists = 0  # both informers' relists, as of the last pass
         self._closed = threading.Event()
 
     def _job_informer(self) -> Informer:
         enqueue = self._enqueue_job
         if self.watch_namespace:
             return Informer(self.custom.list_namespaced_custom_object, enqueue, GROUP, VERSION, self.watch_namespace,
-                            PLURAL)  # fmt: skip
-        return Informer(self.custom.list_cluster_custom_object, enqueue, GROUP, VERSION, PLURAL)
+                            PLURAL, read_seconds=self.watch_read_seconds)  # fmt: skip
+        return Informer(self.custom.list_cluster_custom_object, enqueue, GROUP, VERSION, PLURAL,
+                        read_seconds=self.watch_read_seconds)  # fmt: skip
 
     def _pod_informer(self) -> Informer:
         enqueue, by_job = self._enqueue_pods_job, _job_of_pod
         if self.watch_namespace:
             return Informer(self.core.list_namespaced_pod, enqueue, self.watch_namespace, label_selector=_WORKER_PODS,
-                            index=by_job)  # fmt: skip
-        return Informer(self.core.list_pod_for_all_namespaces, enqueue, label_selector=_WORKER_PODS, index=by_job)
+                            index=by_job, read_seconds=self.watch_read_seconds)  # fmt: skip
+        return Informer(self.core.list_pod_for_all_namespaces, enqueue, label_selector=_WORKER_PODS, index=by_job,
+                        read_seconds=self.watch_read_seconds)  # fmt: skip
 
     def _enqueue_job(self, obj: dict[str, Any]) -> None:
         """A job changed: queue it, unless only its status did (controller-runtime's generation predicate).
@@ -134,6 +153,19 @@ class KubernetesControllerManager:
     def ready(self) -> bool:
         """Both caches hold their first list: this replica can act as soon as it leads (/readyz)."""
         return self.jobs.wait_synced(0) and self.pods.wait_synced(0)
+
+    def unhealthy(self) -> str | None:
+        """Why the kubelet should restart this replica (/healthz), or None: its loop has not finished a pass,
+        or an informer has not heard from the API server, for `stale_seconds`. A request or a watch that
+        hangs is bounded already; this catches whatever else freezes the loop or the caches."""
+        now = time.monotonic()
+        if now - self._passed > self.stale_seconds:
+            return f"no reconcile pass for {now - self._passed:.0f} s"
+        for informer in (self.jobs, self.pods):
+            if now - informer.heard > self.stale_seconds:
+                name = informer.list_function.__name__
+                return f"no answer to {name} (list or watch) for {now - informer.heard:.0f} s"
+        return None
 
     def start(self) -> KubernetesControllerManager:
         """Start renewing (or trying to take) the Lease, the informers and the etcd watch, each on a thread."""
@@ -184,6 +216,12 @@ class KubernetesControllerManager:
     def step(self, wait: float = 0.0) -> bool:
         """One pass: every job queued now (waiting up to `wait` for one); False while this replica does not
         act (another leads, or it was deposed mid-pass)."""
+        try:
+            return self._pass(wait)
+        finally:
+            self._passed = time.monotonic()
+
+    def _pass(self, wait: float) -> bool:
         fenced = self.leadership.lead()
         if fenced is not self._acting_as:  # a new term, or none: controllers of an old term must not act
             self.controllers.clear()  # the leader owns the pods; nothing is stopped here
@@ -195,12 +233,13 @@ class KubernetesControllerManager:
             return False
         if not (self.jobs.wait_synced(10) and self.pods.wait_synced(10)):
             return False  # an empty cache is not "no jobs": act once the first lists are in
-        if time.monotonic() - self._resynced > RESYNC_SECONDS:
+        relists = self.jobs.relists + self.pods.relists
+        if time.monotonic() - self._resynced > RESYNC_SECONDS or relists != self._relists:
+            self._relists = relists  # a relist: the API server is back, or events were lost (410)
             self._resync()
         try:
             key = self.queue.get(wait)
-            while key is not None:
-                self._handle(key, fenced)
+            while key is not None and self._handle(key, fenced):
                 key = self.queue.get(0)
         except NotLeaderError as err:
             log.warning("%s", err)
@@ -216,7 +255,9 @@ class KubernetesControllerManager:
             namespace, name = key.split("/", 1)
             self.queue.add((namespace, name))
 
-    def _handle(self, key: Hashable, store: FencedStore) -> None:
+    def _handle(self, key: Hashable, store: FencedStore) -> bool:
+        """Reconcile one job; False when the API server was not reached (the pass ends there: each other
+        job would wait out its own timeout against the same server)."""
         try:
             self._reconcile(key, store)  # type: ignore[arg-type]
             self.queue.forget(key)
@@ -228,8 +269,13 @@ class KubernetesControllerManager:
         except ElasticError as err:
             delay = self.queue.retry(key)
             log.warning("job %s/%s: %s; retrying in %.1f s", *key, err, delay)  # type: ignore[misc]
+        except TRANSPORT_ERRORS as err:  # no answer at all: nothing can be written on the job either
+            delay = self.queue.retry(key)
+            log.warning("job %s/%s: API server not reached (%s); retrying in %.1f s", *key, err, delay)  # type: ignore[misc]
+            return False
         finally:
             self.queue.done(key)
+        return True
 
     def _reconcile(self, key: tuple[str, str], store: FencedStore) -> None:
         namespace, name = key
@@ -336,8 +382,8 @@ class KubernetesControllerManager:
             status = KubeStatus(self.custom, self.core, job, obj.get("status") or None, self.elector.identity)
         try:
             status.report_error(reason, message)
-        except ApiException as again:  # the API server refuses even that: the log line is all there is
-            log.warning("job %s/%s: could not report %s: %s", namespace, name, reason, again.reason)
+        except (ApiException, *TRANSPORT_ERRORS) as again:  # refused even that: the log line is all there is
+            log.warning("job %s/%s: could not report %s: %s", namespace, name, reason, again)
 
 def _job_of(obj: dict[str, Any]) -> ElasticJob | None:
     """The ElasticJob an API object describes (its spec, name, namespace and uid), or None, logged: the CRD
@@ -389,29 +435,35 @@ def run_kubernetes_controller(
     identity = f"{os.environ.get('POD_NAME') or socket.gethostname()}_{os.getpid()}"
     namespace = os.environ.get("POD_NAMESPACE", "elastic-system")
     watched = os.environ.get("WATCH_NAMESPACE") or None
+    api_client = BoundedApiClient(Configuration.get_default_copy())  # the configuration just loaded
     manager = KubernetesControllerManager(
-        store, endpoints, ApiClient(), identity, namespace, watch_namespace=watched, on_lost=exit_on_loss,
+        store, endpoints, api_client, identity, namespace, watch_namespace=watched, on_lost=exit_on_loss,
         worker_etcd_secret=os.environ.get("ELASTIC_WORKER_ETCD_SECRET") or None, metrics=metrics,
     )
     if health_port is not None:
-        serve_health(health_port, manager.ready)
+        serve_health(health_port, manager.ready, manager.unhealthy)
     scope = f"namespace {watched}" if watched else "every namespace"
     print(f"controller {identity} watching ElasticJobs in {scope} (lease {namespace}/{LEASE_NAME})", flush=True)
     manager.run_forever()
     return 0
 
 
-def serve_health(port: int, ready: Callable[[], bool]) -> ThreadingHTTPServer:
-    """`/healthz` (the process answers) and `/readyz` (its caches are synced: it can lead at once), as
-    controller-runtime serves them for the kubelet's probes; on its own thread."""
+def serve_health(port: int, ready: Callable[[], bool], unhealthy: Callable[[], str | None]) -> ThreadingHTTPServer:
+    """`/healthz` (the loop passes and the API server is heard: else the kubelet restarts the replica) and
+    `/readyz` (its caches are synced: it can lead at once), as controller-runtime serves them for the
+    kubelet's probes; on its own thread. A failing probe's body says why."""
 
     class Health(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
-            ok = self.path == "/healthz" or (self.path == "/readyz" and ready())
-            known = self.path in ("/healthz", "/readyz")
-            self.send_response(200 if ok else 503 if known else 404)
+            if self.path == "/healthz":
+                problem = unhealthy()
+            elif self.path == "/readyz":
+                problem = None if ready() else "informers not synced"
+            else:
+                problem = "not found"
+            self.send_response(200 if problem is None else 404 if problem == "not found" else 503)
             self.end_headers()
-            self.wfile.write(b"ok\n" if ok else b"not ready\n" if known else b"not found\n")
+            self.wfile.write(f"{problem or 'ok'}\n".encode())
 
         def log_message(self, *args: Any) -> None:
             pass

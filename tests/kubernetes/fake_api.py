@@ -17,7 +17,13 @@ the real server enforces and a bug a looser fake would hide):
 - names and labels validated (DNS-1123, 63-character label values), `generateName`;
 - RBAC from manifests/rbac.yaml enforced for the controller (a request outside it is 403), a `restricted`
   Pod Security namespace refuses a pod that is not restricted-compatible (403);
-- injectable failures (429/5xx for N matching requests) and latency.
+- injectable failures (429/5xx for N matching requests) and latency, and the network's own: a blackhole
+  (`blackhole()`: the controller's requests are read and never answered, its open watches go silent; after
+  `restore()` new requests are answered, while those connections stay half-open, silent for good),
+  `reset_connections()` (every open connection, a watch mid-stream included, closed with no answer),
+  `restart()` (that, plus the watch cache gone: resuming an old version is 410), and
+  `random_faults(seed, count)` (a seeded, bounded number of 409/429/500/503 answers, resets, and answers
+  lost after the request was carried out).
 
 There is no scheduler and no kubelet process: tests play them with the `kubelet` methods below (schedule,
 run, terminate, image pull back-off, unschedulable, an init container failing, node partition, eviction,
@@ -29,10 +35,12 @@ service account. Every request is recorded as an RBAC
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import random
 import re
+import socket
 import threading
 import time
 import uuid
@@ -162,6 +170,27 @@ class Fault:
     resource: str | None = None
 
 
+class Dropped(Exception):
+    """The connection goes with no answer (the request may have been carried out: `lost`)."""
+
+
+@dataclass
+class RandomFaults:
+    """Each request of the controller fails with `probability`, `left` times in all, as `rng` picks: an HTTP
+    error, a reset before the request is carried out, or the answer lost after it was."""
+
+    rng: random.Random
+    left: int
+    probability: float
+    kinds: tuple[int | str, ...] = (409, 429, 500, 503, "reset", "lost")
+
+    def draw(self) -> int | str | None:
+        if self.left <= 0 or self.rng.random() >= self.probability:
+            return None
+        self.left -= 1
+        return self.rng.choice(self.kinds)
+
+
 def _labels_problem(labels: dict[str, Any]) -> str | None:
     for key, value in labels.items():
         prefix, _, name = key.rpartition("/")
@@ -240,6 +269,12 @@ class FakeApiServer:
         self.scale_paths = crd["spec"]["versions"][0]["subresources"]["scale"]
         self._stopped = False
         self._watch_generation = 0
+        self.answering = threading.Event()  # cleared while blackholed
+        self.answering.set()
+        self.stopping = threading.Event()  # what a request held in a blackhole waits for
+        self.held = 0  # requests and watches a blackhole caught
+        self.random: RandomFaults | None = None
+        self.injected: list[int | str] = []  # what random_faults injected, in order
         handler = type("Handler", (_Handler,), {"fake": self})
         self.httpd = _Server(("127.0.0.1", 0), handler)
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
@@ -256,6 +291,7 @@ class FakeApiServer:
         with self.lock:
             self._stopped = True
             self.changed.notify_all()
+        self.stopping.set()
         self.httpd.shutdown()
         self.httpd.server_close()
 
@@ -309,6 +345,46 @@ class FakeApiServer:
             self.history.clear()
             self._watch_generation += 1
             self.changed.notify_all()
+
+    # --- the network and the server process ---
+
+    def blackhole(self) -> None:
+        """The controller's requests are accepted and read, and never answered; its open watches send
+        nothing more (no event, no bookmark). The user's (admin) requests still go through: the controller
+        alone is cut off, as behind a broken load balancer."""
+        self.answering.clear()
+
+    def restore(self) -> None:
+        """The end of the blackhole: new requests are answered again. Those held in it never are, as on a
+        half-open connection: only the client's own timeout ends them."""
+        self.answering.set()
+
+    def reset_connections(self) -> None:
+        """Every open connection (kept-alive ones, watches mid-stream) is closed with no further byte."""
+        self.httpd.drop_all()
+
+    def restart(self) -> None:
+        """kube-apiserver restarting: every connection dropped and the watch cache rebuilt from now, so a
+        watch resumed from an older resourceVersion is 410 Gone (the objects, in etcd, stay)."""
+        self.reset_connections()
+        self.compact()
+
+    def _hold(self) -> None:
+        """A request or watch caught in the blackhole: half-open until the server stops."""
+        with self.lock:
+            self.held += 1
+        self.stopping.wait()
+
+    def random_faults(self, seed: int, count: int, probability: float = 0.2) -> None:
+        """From now on, `count` of the controller's requests, picked with `probability` by `seed`, fail."""
+        self.random = RandomFaults(random.Random(seed), count, probability)
+
+    def _draw_fault(self, admin: bool) -> int | str | None:
+        with self.lock:
+            fault = None if admin or self.random is None else self.random.draw()
+            if fault is not None:
+                self.injected.append(fault)
+            return fault
 
     # --- the kubelet and the scheduler, scripted ---
 
@@ -757,8 +833,10 @@ class FakeApiServer:
         self._write(group, resource, ns, name, wanted, None)
         return self._scale(self._get(group, resource, ns, name))
 
-    def watch(self, group: str, resource: str, ns: str | None, query: dict[str, list[str]]) -> Iterator[dict[str, Any]]:
-        """The events of a watch, as the server streams them, until `timeoutSeconds` or the server stops.
+    def watch(self, group: str, resource: str, ns: str | None, query: dict[str, list[str]],
+              admin: bool = False) -> Iterator[dict[str, Any]]:  # fmt: skip
+        """The events of a watch, as the server streams them, until `timeoutSeconds` or the server stops;
+        the controller's watch goes silent in a blackhole, and is dropped (`Dropped`) when it ends.
 
         The lock is held only to collect events, never while the caller writes them to the socket.
         """
@@ -788,6 +866,9 @@ class FakeApiServer:
         yield from batch
         last_bookmark = time.monotonic()
         while seen >= 0:
+            if not admin and not self.answering.is_set():
+                self._hold()
+                raise Dropped("the server stops")
             with self.lock:
                 if self._stopped or generation != self._watch_generation:
                     return
@@ -823,6 +904,30 @@ def _nested(obj: Any, path: list[str]) -> Any:
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
 
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.open: set[socket.socket] = set()
+        self.open_lock = threading.Lock()
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        with self.open_lock:
+            self.open.add(request)
+        super().process_request(request, client_address)
+
+    def shutdown_request(self, request: Any) -> None:
+        with self.open_lock:
+            self.open.discard(request)
+        super().shutdown_request(request)
+
+    def drop_all(self) -> None:
+        """Close every open connection for reading and writing: the client reads an end with no answer (a
+        watch: a stream cut mid-chunk), and the handler's next write fails."""
+        with self.open_lock:
+            connections = list(self.open)
+        for connection in connections:
+            with contextlib.suppress(OSError):
+                connection.shutdown(socket.SHUT_RDWR)
+
     def handle_error(self, request: Any, client_address: Any) -> None:
         """A client that hangs up on a kept-alive connection or a watch is no error of the server's."""
 
@@ -841,14 +946,28 @@ class _Handler(BaseHTTPRequestHandler):
         length = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(length) if length else b""
         admin = self.headers.get("Authorization", "") == f"Bearer {ADMIN_TOKEN}"
+        if not admin and not self.fake.answering.is_set():  # blackholed: read, never answered
+            self.fake._hold()
+            self._drop()
+            return
+        fault = self.fake._draw_fault(admin)
+        if fault == "reset":
+            self._drop()
+            return
         try:
+            if isinstance(fault, int):
+                raise ApiError(fault, {409: "Conflict", 429: "TooManyRequests", 503: "ServiceUnavailable"}.get(
+                    fault, "InternalError"), f"injected {fault} (random faults)")  # fmt: skip
             body = json.loads(raw) if raw else None
             result = self.fake.handle(self.command, url.path, query, body, self.headers.get("Content-Type", ""), admin)
             code = 201 if self.command == "POST" else 200
         except ApiError as err:
             result, code = err.status(), err.code
+        if fault == "lost":  # carried out; the answer never arrives
+            self._drop()
+            return
         if self.command == "GET" and code == 200 and query.get("watch", ["false"])[0].lower() in ("true", "1"):
-            self._stream(url.path, query)
+            self._stream(url.path, query, admin)
             return
         data = json.dumps(result).encode()
         self.send_response(code)
@@ -857,7 +976,13 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
-    def _stream(self, path: str, query: dict[str, list[str]]) -> None:
+    def _drop(self) -> None:
+        """End the connection with no (further) answer."""
+        self.close_connection = True
+        with contextlib.suppress(OSError):
+            self.connection.shutdown(socket.SHUT_RDWR)
+
+    def _stream(self, path: str, query: dict[str, list[str]], admin: bool) -> None:
         """A watch: one JSON event per line, in HTTP/1.1 chunks as kube-apiserver sends them (older clients
         read a watch with `read_chunked` and see nothing of a plain stream)."""
         match = PATH.match(path)
@@ -867,12 +992,14 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
         try:
-            for event in self.fake.watch(match["group"] or "", match["res"], match["ns"], query):
+            for event in self.fake.watch(match["group"] or "", match["res"], match["ns"], query, admin):
                 line = json.dumps(event).encode() + b"\n"
                 self.wfile.write(b"%x\r\n%s\r\n" % (len(line), line))
                 self.wfile.flush()
             self.wfile.write(b"0\r\n\r\n")
-        except (BrokenPipeError, ConnectionResetError):
+        except Dropped:
+            self._drop()
+        except OSError:  # the client went, or reset_connections() closed it
             self.close_connection = True
 
     do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _serve

@@ -141,8 +141,9 @@ def test_the_health_endpoints_answer_the_kubelets_probes() -> None:
     from elastic.store.server import free_port
 
     ready: list[bool] = [False]
+    problem: list[str | None] = [None]
     port = free_port()
-    server = serve_health(port, lambda: ready[0])
+    server = serve_health(port, lambda: ready[0], lambda: problem[0])
     try:
         def status(path: str) -> int:
             try:
@@ -154,6 +155,8 @@ def test_the_health_endpoints_answer_the_kubelets_probes() -> None:
         assert (status("/healthz"), status("/readyz"), status("/metrics")) == (200, 503, 404)
         ready[0] = True  # the informers' first lists are in
         assert status("/readyz") == 200
+        problem[0] = "no answer to list_pod_for_all_namespaces (list or watch) for 200 s"  # a frozen cache
+        assert status("/healthz") == 503
     finally:
         server.shutdown()
         server.server_close()
