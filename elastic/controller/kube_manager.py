@@ -28,6 +28,7 @@ from elastic.controller.machinery.workqueue import WorkQueue
 from elastic.controller.metrics_export import ControllerMetrics
 from elastic.controller.status import FINAL_PHASES
 from elastic.errors import ElasticError, NotLeaderError, PermanentError
+from elastic.policy.bounds import clamp_replicas
 from elastic.spec import ElasticJob, parse_job
 from elastic.spec.crd import GROUP, PLURAL, VERSION
 from elastic.store import Delete, JobKeys, ModRevisionIs, Put, Store
@@ -300,9 +301,10 @@ class KubernetesControllerManager:
         if job is None:
             return
         check = partial(self.leadership.check, store)  # before each pod or status write to the API server
-        if JOB_FINALIZER not in (meta.get("finalizers") or []):
-            check(f"adding the cleanup finalizer of {job_key}")
-            self._set_finalizers(obj, [*(meta.get("finalizers") or []), JOB_FINALIZER])
+        settled = _settled(obj, job)
+        if settled:
+            check(f"adding the cleanup finalizer and spec.replicas of {job_key}")
+            self._patch(obj, settled)
         if job_key not in self.controllers:
             cached = partial(self.pods.indexed, (namespace, name))  # this job's pods only, from the cache
             pods = KubernetesWorkers(self.core, job, pods=cached, etcd_secret=self.worker_etcd_secret)
@@ -354,14 +356,15 @@ class KubernetesControllerManager:
             KubernetesWorkers(self.core, job).finish()
             store.delete_prefix(JobKeys(job.metadata.namespace, job.metadata.name).prefix)
         self.leadership.check(store, f"removing the cleanup finalizer of {job_key}")
-        self._set_finalizers(obj, [f for f in meta.get("finalizers") or [] if f != JOB_FINALIZER])
+        self._patch(obj, {"metadata": {"finalizers": [f for f in meta["finalizers"] if f != JOB_FINALIZER] or None}})
 
-    def _set_finalizers(self, obj: dict[str, Any], finalizers: list[str]) -> None:
+    def _patch(self, obj: dict[str, Any], patch: dict[str, Any]) -> None:
         """A merge patch (a custom resource's list is replaced whole) carrying the resourceVersion read: a
-        finalizer list is never written over a newer one (409, and the job is retried from a fresh cache)."""
+        finalizer list or a field is never written over a newer object (409, and the job is retried from a
+        fresh cache)."""
         meta = obj["metadata"]
-        patch = {"metadata": {"finalizers": finalizers or None, "resourceVersion": meta["resourceVersion"]}}
-        self.custom.patch_namespaced_custom_object(GROUP, VERSION, meta["namespace"], PLURAL, meta["name"], patch)
+        body = {**patch, "metadata": {**(patch.get("metadata") or {}), "resourceVersion": meta["resourceVersion"]}}
+        self.custom.patch_namespaced_custom_object(GROUP, VERSION, meta["namespace"], PLURAL, meta["name"], body)
 
     def _report(self, key: tuple[str, str], err: ApiException, delay: float) -> None:
         """An API error of one job, on that job: a ReconcileError condition and a Warning event."""
@@ -401,6 +404,19 @@ def _job_of(obj: dict[str, Any]) -> ElasticJob | None:
     except Exception as err:
         log.warning("ElasticJob %s/%s skipped: %s", meta.get("namespace"), meta.get("name"), err)
         return None
+
+
+def _settled(obj: dict[str, Any], job: ElasticJob) -> dict[str, Any]:
+    """What a job's object lacks, as a merge patch (empty: nothing): the cleanup finalizer, and
+    `spec.replicas` when unset. Unset means maxReplicas, but apiextensions answers GET /scale of an object
+    without the field with a 500, so an HPA (or `kubectl scale --current-replicas`) could not read the job;
+    no CRD default can say "maxReplicas", so the controller writes that value, once."""
+    meta, patch = obj.get("metadata") or {}, {}
+    if JOB_FINALIZER not in (meta.get("finalizers") or []):
+        patch["metadata"] = {"finalizers": [*(meta.get("finalizers") or []), JOB_FINALIZER]}
+    if (obj.get("spec") or {}).get("replicas") is None:
+        patch["spec"] = {"replicas": clamp_replicas(job.spec.replicas, job.spec.min_replicas, job.spec.max_replicas)}
+    return patch
 
 
 def _job_of_pod(pod: dict[str, Any]) -> tuple[str, str]:

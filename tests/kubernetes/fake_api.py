@@ -11,7 +11,8 @@ the real server enforces and a bug a looser fake would hide):
 - list with label/field selectors and the list's resourceVersion; watch from a resourceVersion with
   ADDED/MODIFIED/DELETED events, bookmarks, `timeoutSeconds`, and 410 Gone for a compacted version;
 - ElasticJobs pruned, defaulted, validated and checked by their CEL rules from manifests/crd.yaml
-  (`fake_schema.py`), the `/scale` subresource with the real nil handling (a null `spec.replicas` is 500);
+  (`fake_schema.py`), the `/scale` subresource as apiextensions serves it (GET with `spec.replicas` absent
+  or null is a 500, so an HPA cannot read such a job; a write sets it, and one without replicas is a 400);
 - deletion: finalizers and `deletionTimestamp`, graceful deletion of running pods (the kubelet ends them),
   background garbage collection of dependents through `ownerReferences`;
 - names and labels validated (DNS-1123, 63-character label values), `generateName`;
@@ -801,12 +802,17 @@ class FakeApiServer:
                 return False
         return True
 
-    def _scale(self, obj: dict[str, Any]) -> dict[str, Any]:
-        """GET .../scale as apiextensions computes it: a missing spec field reads 0, a null one is an error."""
+    def _scale(self, obj: dict[str, Any], unset: int | None = None) -> dict[str, Any]:
+        """The Scale of `obj` as apiextensions computes it. A missing spec field is a 500 on GET ("the spec
+        replicas field ... does not exist"); a write starts from `unset` there instead (int32's smallest: a
+        write that leaves it so is refused). A null is an accessor error, a 500 either way."""
         spec_path = self.scale_paths["specReplicasPath"].strip(".").split(".")
         replicas = _nested(obj, spec_path)
         if replicas is _MISSING:
-            replicas = 0
+            if unset is None:
+                raise ApiError(500, "InternalError", f"the spec replicas field "
+                               f"\"{self.scale_paths['specReplicasPath']}\" does not exist")  # fmt: skip
+            replicas = unset
         elif not isinstance(replicas, int) or isinstance(replicas, bool):
             raise ApiError(
                 500,
@@ -826,9 +832,14 @@ class FakeApiServer:
 
     def _rescale(self, group: str, resource: str, ns: str, name: str, current: dict[str, Any], body: Any,
                  verb: str, content_type: str) -> dict[str, Any]:  # fmt: skip
-        scale = body if verb == "update" else self._patched(self._scale(current), body, content_type)
+        unset = -2147483648
+        scale = body if verb == "update" else self._patched(self._scale(current, unset), body, content_type)
+        replicas = (scale.get("spec") or {}).get("replicas")
+        if replicas in (None, unset):
+            raise ApiError(400, "BadRequest", f"the spec replicas field \"{self.scale_paths['specReplicasPath']}\" "
+                           "cannot be empty")  # fmt: skip
         wanted = copy.deepcopy(current)
-        wanted["spec"]["replicas"] = (scale.get("spec") or {}).get("replicas")
+        wanted["spec"]["replicas"] = replicas
         wanted["metadata"]["resourceVersion"] = (scale.get("metadata") or {}).get("resourceVersion") or None
         self._write(group, resource, ns, name, wanted, None)
         return self._scale(self._get(group, resource, ns, name))

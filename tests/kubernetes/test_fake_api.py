@@ -105,14 +105,20 @@ def test_names_and_labels_are_validated(fake, core) -> None:
     assert generated.metadata.name.startswith("w-") and len(generated.metadata.name) == 7
 
 
-def test_scale_reads_a_missing_replicas_as_zero_and_a_null_one_is_pruned(fake, admin) -> None:
-    """A null under a nullable specReplicasPath makes GET /scale a 500 (kubectl scale and every HPA break);
-    the CRD must not let a null be stored there."""
+def test_scale_of_a_job_without_replicas_is_a_500_until_a_write_sets_them(fake, admin) -> None:
+    """apiextensions: GET /scale with spec.replicas absent is a 500 (every HPA reading it fails), a null one
+    is pruned by the schema (it would be an accessor error), a scale write sets it, one without it is a 400."""
     admin.create_namespaced_custom_object(G, V, "default", P, job(replicas=None))
     assert "replicas" not in fake.jobs[("default", "j")]["spec"]
-    assert admin.get_namespaced_custom_object_scale(G, V, "default", P, "j")["spec"]["replicas"] == 0
+    with pytest.raises(ApiException) as unset:
+        admin.get_namespaced_custom_object_scale(G, V, "default", P, "j")
+    assert status_of(unset) == 500 and "does not exist" in unset.value.body
+    with pytest.raises(ApiException) as empty:
+        admin.patch_namespaced_custom_object_scale(G, V, "default", P, "j", {"metadata": {"labels": {"a": "b"}}})
+    assert status_of(empty) == 400
     scaled = admin.patch_namespaced_custom_object_scale(G, V, "default", P, "j", {"spec": {"replicas": 2}})
     assert scaled["spec"]["replicas"] == 2 and fake.jobs[("default", "j")]["spec"]["replicas"] == 2
+    assert admin.get_namespaced_custom_object_scale(G, V, "default", P, "j")["spec"]["replicas"] == 2
 
 
 def test_finalizers_hold_a_deletion_and_garbage_collection_follows_owners(fake, admin, admin_core) -> None:

@@ -181,3 +181,26 @@ def test_the_kubernetes_controller_records_its_jobs_metrics(fake, api_client, et
         finally:
             manager.close()
             store.delete(controller_leader_key("kubernetes"))
+
+
+def test_a_job_without_replicas_gets_them_once_so_an_hpa_can_read_and_write_its_scale(
+    fake, manager, admin_client
+) -> None:
+    """GET /scale is a 500 on a job whose spec.replicas is unset (apiextensions): the controller writes the
+    value unset means (maxReplicas) once; the HPA then reads the scale (replicas, selector) and writes it."""
+    controller, _ = manager
+    user = client.CustomObjectsApi(admin_client)  # the HPA controller's own rights on */scale
+    name = f"h-{uuid.uuid4().hex[:6]}"
+    fake.add_job({**job_doc(name), "spec": {**job_doc(name)["spec"], "minReplicas": 1, "maxReplicas": 3}})
+    pods_until(fake, controller, name, 3)
+    assert fake.jobs[("team-a", name)]["spec"]["replicas"] == 3, "the value unset means, written once"
+
+    def scale() -> dict[str, Any]:
+        return user.get_namespaced_custom_object_scale("elastic.dev", "v1alpha1", "team-a", "elasticjobs", name)
+
+    assert wait_until(lambda: controller.step(0.1) and scale()["status"]["selector"], timeout=10)
+    assert scale()["spec"]["replicas"] == 3 and scale()["status"]["selector"] == f"elastic.dev/job={name}"
+    user.patch_namespaced_custom_object_scale("elastic.dev", "v1alpha1", "team-a", "elasticjobs", name,
+                                              {"spec": {"replicas": 1}})  # the HPA scales down  # fmt: skip
+    pods_until(fake, controller, name, 1)
+    assert scale()["spec"]["replicas"] == 1
