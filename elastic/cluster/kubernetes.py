@@ -225,35 +225,10 @@ class KubernetesWorkers:
         self._delete(name, 0 if terminal else self.grace)
 
     def _get(self, name: str) -> dict[str, Any] | None:
-        try:
-            response = self.api.read_namespaced_pod(name, self.namespace, _preload_content=False)
-        except ApiException as err:
-            if err.status == 404:
-                return None
-            raise
-        return json.loads(response.data)
+        return read_pod(self.api, self.namespace, name)
 
-    def _release(self, pod: dict[str, Any], fresh: bool = True) -> None:
-        """Take the tracking finalizer off (only ours: others' finalizers stay), if the pod has it."""
-        finalizers, tracking = pod["metadata"].get("finalizers") or [], TRACKING_FINALIZER
-        if tracking not in finalizers:
-            return
-        # A JSON patch (a list body is one for every client version): a strategic merge patch would *add* to
-        # finalizers (their patch strategy is merge); the test makes it apply to the pod as read only.
-        patch = [
-            {"op": "test", "path": "/metadata/resourceVersion", "value": pod["metadata"]["resourceVersion"]},
-            {"op": "replace", "path": "/metadata/finalizers", "value": [f for f in finalizers if f != tracking]},
-        ]
-        try:
-            self.api.patch_namespaced_pod(pod["metadata"]["name"], self.namespace, patch, _preload_content=False)
-        except ApiException as err:
-            if err.status == 404:
-                return
-            if err.status not in (409, 422) or not fresh:
-                raise
-            current = self._get(pod["metadata"]["name"])  # changed since it was read (a cache lags): again
-            if current is not None:
-                self._release(current, fresh=False)
+    def _release(self, pod: dict[str, Any]) -> None:
+        release_pod(self.api, pod)
 
     def release_all(self) -> None:
         """The job is gone (deleted, or its pods orphaned): no finalizer of ours may keep its pods."""
@@ -275,3 +250,38 @@ class KubernetesWorkers:
 
     def close(self) -> None:
         """Nothing to release; the pods keep running for the next leader to adopt."""
+
+
+def read_pod(api: CoreV1Api, namespace: str, name: str) -> dict[str, Any] | None:
+    """The pod as the API server has it now, or None (404)."""
+    try:
+        response = api.read_namespaced_pod(name, namespace, _preload_content=False)
+    except ApiException as err:
+        if err.status == 404:
+            return None
+        raise
+    return json.loads(response.data)
+
+
+def release_pod(api: CoreV1Api, pod: dict[str, Any], fresh: bool = True) -> None:
+    """Take the tracking finalizer off (only ours: others' finalizers stay), if the pod has it."""
+    meta, tracking = pod["metadata"], TRACKING_FINALIZER
+    finalizers = meta.get("finalizers") or []
+    if tracking not in finalizers:
+        return
+    # A JSON patch (a list body is one for every client version): a strategic merge patch would *add* to
+    # finalizers (their patch strategy is merge); the test makes it apply to the pod as read only.
+    patch = [
+        {"op": "test", "path": "/metadata/resourceVersion", "value": meta["resourceVersion"]},
+        {"op": "replace", "path": "/metadata/finalizers", "value": [f for f in finalizers if f != tracking]},
+    ]
+    try:
+        api.patch_namespaced_pod(meta["name"], meta["namespace"], patch, _preload_content=False)
+    except ApiException as err:
+        if err.status == 404:
+            return
+        if err.status not in (409, 422) or not fresh:
+            raise
+        current = read_pod(api, meta["namespace"], meta["name"])  # changed since it was read (a cache lags)
+        if current is not None:
+            release_pod(api, current, fresh=False)

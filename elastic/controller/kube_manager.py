@@ -16,7 +16,8 @@ from typing import Any
 from kubernetes import config
 from kubernetes.client import ApiException, Configuration, CoordinationV1Api, CoreV1Api, CustomObjectsApi
 
-from elastic.cluster.kubernetes import TRANSPORT_ERRORS, BoundedApiClient, KubernetesWorkers
+from elastic.cluster.kubernetes import TRANSPORT_ERRORS, BoundedApiClient, KubernetesWorkers, release_pod
+from elastic.cluster.pod_manifest import TRACKING_FINALIZER, owned_by
 from elastic.codec import CorruptValueError, decode_json_object
 from elastic.controller.kube_status import KubeStatus
 from elastic.controller.loop import JobController
@@ -115,6 +116,7 @@ class KubernetesControllerManager:
         self._resynced = time.monotonic()
         self._passed = time.monotonic()  # when the last pass ended (/healthz)
         self._relists = 0  # both informers' relists, as of the last pass
+        self._sweep_due = False  # release orphaned tracking finalizers once the caches are in
         self._closed = threading.Event()
 
     def _job_informer(self) -> Informer:
@@ -239,6 +241,9 @@ class KubernetesControllerManager:
             self._relists = relists  # a relist: the API server is back, or events were lost (410)
             self._resync()
         try:
+            if self._sweep_due:
+                self._sweep_due = False
+                self._sweep(fenced)
             key = self.queue.get(wait)
             while key is not None and self._handle(key, fenced):
                 key = self.queue.get(0)
@@ -250,11 +255,40 @@ class KubernetesControllerManager:
 
     def _resync(self) -> None:
         self._resynced = time.monotonic()
+        self._sweep_due = True
         for obj in self.jobs.items():  # every cached job, changed or not: the safety net for a lost event
             self.queue.add(object_key(obj))
         for key in list(self.controllers):  # jobs deleted while nobody watched
             namespace, name = key.split("/", 1)
             self.queue.add((namespace, name))
+
+    def _sweep(self, store: FencedStore) -> None:
+        """Release the tracking finalizer of every pod no job of this term will handle: its job is gone (or
+        re-created under a new uid), or finished without this replica winding it down (its controller died
+        between the final status and releasing its pods, or another replica ran it). Without this, such
+        pods stay Terminating for good. At the start of each term and at every resync; a failure waits for
+        the next one."""
+        for pod in self.pods.items():
+            meta = pod.get("metadata") or {}
+            if TRACKING_FINALIZER not in (meta.get("finalizers") or []):
+                continue
+            namespace, name = _job_of_pod(pod)
+            job = self.jobs.get(namespace, name)
+            job_meta = (job or {}).get("metadata") or {}
+            if job is not None and owned_by(pod, job_meta.get("uid")) and (
+                f"{namespace}/{name}" in self.controllers
+                or (job.get("status") or {}).get("phase") not in FINAL_PHASES
+            ):
+                continue  # a live job's pod: its own reconcile releases it once its end is handled
+            try:
+                self.leadership.check(store, f"releasing orphaned pod {namespace}/{meta.get('name')}")
+                release_pod(self.core, pod)
+                log.info("pod %s/%s: tracking finalizer released (job %s gone or finished)", namespace,
+                         meta.get("name"), name)  # fmt: skip
+            except (ApiException, *TRANSPORT_ERRORS) as err:
+                log.warning("pod %s/%s: orphaned tracking finalizer not released: %s", namespace, meta.get("name"),
+                            err)  # fmt: skip
+                return
 
     def _handle(self, key: Hashable, store: FencedStore) -> bool:
         """Reconcile one job; False when the API server was not reached (the pass ends there: each other

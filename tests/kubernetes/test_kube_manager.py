@@ -204,3 +204,47 @@ def test_a_job_without_replicas_gets_them_once_so_an_hpa_can_read_and_write_its_
                                               {"spec": {"replicas": 1}})  # the HPA scales down  # fmt: skip
     pods_until(fake, controller, name, 1)
     assert scale()["spec"]["replicas"] == 1
+
+
+@pytest.mark.parametrize("ended", ["deleted while no controller ran", "finished before its pods were released"])
+def test_tracking_finalizers_left_by_a_controller_that_went_are_released_by_the_next(
+    fake, api_client, etcd_server, ended: str
+) -> None:
+    """Without a sweep, pods whose job nobody runs any more keep the tracking finalizer: Terminating forever."""
+    name = f"f-{uuid.uuid4().hex[:6]}"
+    with Store(etcd_server.client_url, retry_seconds=5) as store:
+        first = KubernetesControllerManager(store, etcd_server.client_url, api_client, "controller-1",
+                                            "elastic-system", lease_seconds=2).start()  # fmt: skip
+        assert wait_until(first.step, timeout=10)
+        fake.add_job(job_doc(name))
+        pods = pods_until(fake, first, name, 2)
+        first.close()  # the controller goes (uninstalled, or down)
+        store.delete(controller_leader_key("kubernetes"))
+        for pod in pods:
+            fake.set_pod(pod, "Succeeded", exit_code=0, namespace="team-a")
+        if ended == "deleted while no controller ran":  # kubectl delete, then its finalizer taken off by hand
+            fake.delete_job(name, "team-a")
+            with fake.lock:
+                job = fake.jobs[("team-a", name)]
+                fake._write("elastic.dev", "elasticjobs", "team-a", name,
+                            {**job, "metadata": {**job["metadata"], "finalizers": []}}, None)  # fmt: skip
+        else:  # its final status was written, and the controller went before releasing its pods
+            with fake.lock:
+                job = fake.jobs[("team-a", name)]
+                final = {**job, "status": {**(job.get("status") or {}), "phase": "Succeeded"}}
+                fake._write("elastic.dev", "elasticjobs", "team-a", name, final, "status")
+        assert all("elastic.dev/worker-tracking" in fake.pods[("team-a", p)]["metadata"]["finalizers"] for p in pods)
+        second = KubernetesControllerManager(store, etcd_server.client_url, api_client, "controller-2",
+                                             "elastic-system", lease_seconds=2).start()  # fmt: skip
+        try:
+
+            def released() -> bool:
+                second.step(0.1)
+                with fake.lock:
+                    left = [fake.pods.get(("team-a", p)) for p in pods]
+                return all(pod is None or not pod["metadata"].get("finalizers") for pod in left)
+
+            assert wait_until(released, timeout=10), [fake.pods.get(("team-a", p)) for p in pods]
+        finally:
+            second.close()
+            store.delete(controller_leader_key("kubernetes"))
