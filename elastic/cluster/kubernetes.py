@@ -146,6 +146,10 @@ class KubernetesWorkers:
             self._incarnation = max(self._incarnation, int(labels.get(INCARNATION_LABEL, 0)))
 
     def start(self, launch: WorkerLaunch) -> None:
+        """Create the worker's pod. A name already taken (409) is never adopted: a worker's suffix has 16
+        bits, so the pod holding the name may well be another live worker of the same job, and taking it for
+        this one would count one pod as two workers. A create whose answer was lost is not retried here
+        (the client retries nothing): its pod is found by the informer and observed like any other."""
         self._incarnation += 1
         body = pod_manifest(self.job, self.namespace, launch, self._incarnation, self.etcd_secret)
         try:
@@ -154,10 +158,7 @@ class KubernetesWorkers:
             refused = refused_pod(err, launch.name)
             if refused is not None:
                 raise refused from None
-            existing = self._get(launch.name) if err.status == 409 else None
-            if existing is None or not owned_by(existing, self.job.metadata.uid):
-                raise
-            log.info("pod %s/%s exists already (an earlier create went through): adopted", self.namespace, launch.name)
+            raise  # a 409 too: another pod holds the name, and the job retries with a fresh one (see `start`)
         self._known[launch.name] = time.time()
         self._expected[launch.name] = time.monotonic()
         self._forgotten.discard(launch.name)
