@@ -15,7 +15,8 @@ the real server enforces and a bug a looser fake would hide):
   or null is a 500, so an HPA cannot read such a job; a write sets it, and one without replicas is a 400);
 - deletion: finalizers and `deletionTimestamp`, graceful deletion of running pods (the kubelet ends them),
   background garbage collection of dependents through `ownerReferences`;
-- names and labels validated (DNS-1123, 63-character label values), `generateName`;
+- names and labels validated (DNS-1123, 63-character label values), `generateName`; `managedFields` on
+  every object, as server-side apply keeps them;
 - RBAC from manifests/rbac.yaml enforced for the controller (a request outside it is 403), a `restricted`
   Pod Security namespace refuses a pod that is not restricted-compatible (403);
 - injectable failures (429/5xx for N matching requests) and latency, and the network's own: a blackhole
@@ -574,6 +575,11 @@ class FakeApiServer:
         kind = KINDS[(group, resource)]
         body["apiVersion"], body["kind"] = kind.api_version, kind.kind
         meta.update({"namespace": ns, "uid": str(uuid.uuid4()), "creationTimestamp": now_text(), "generation": 1})
+        # Server-side apply's record of who set which field: on every object the real server returns, often
+        # the bulk of its metadata (what an informer should not keep).
+        meta["managedFields"] = [{"manager": "fake", "operation": "Update", "apiVersion": kind.api_version,
+                                  "time": now_text(), "fieldsType": "FieldsV1",
+                                  "fieldsV1": {"f:metadata": {"f:labels": {}}, "f:spec": {}}}]  # fmt: skip
         for dropped in ("resourceVersion", "deletionTimestamp", "deletionGracePeriodSeconds"):
             meta.pop(dropped, None)
         if kind.status_subresource:

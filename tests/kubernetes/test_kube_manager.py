@@ -248,3 +248,14 @@ def test_tracking_finalizers_left_by_a_controller_that_went_are_released_by_the_
         finally:
             second.close()
             store.delete(controller_leader_key("kubernetes"))
+
+
+def test_the_informers_keep_no_managed_fields(fake, manager) -> None:
+    """managedFields are often most of an object's metadata, and nothing the controller reads."""
+    controller, _ = manager
+    name = f"mf-{uuid.uuid4().hex[:6]}"
+    fake.add_job(job_doc(name))
+    pods = pods_until(fake, controller, name, 2)
+    assert all(fake.pods[("team-a", p)]["metadata"].get("managedFields") for p in pods), "the server keeps them"
+    cached = [*controller.pods.indexed(("team-a", name)), controller.jobs.get("team-a", name)]
+    assert len(cached) == 3 and not any("managedFields" in obj["metadata"] for obj in cached)

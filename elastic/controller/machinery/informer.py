@@ -11,6 +11,8 @@ what changed and every read of the controller is a read of the cache. The rules 
 - any other failure (the API server away, a 5xx, a 429, a reset) waits a jittered, growing backoff capped at
   5 s (one list per informer every 5 s is nothing to an API server; a longer cap is that much longer before
   the controller sees a recovered server), then lists again;
+- objects are kept as received, less `metadata.managedFields` (server-side apply's bookkeeping, often most
+  of an object's metadata, read by nothing here), and never copied: each event is a freshly decoded object;
 - `heard` is when the API server last spoke (a list, an event, a bookmark): the controller's `/healthz`
   fails when that is too long ago, so the kubelet restarts a controller whose cache froze;
 - each change calls `on_change(object)` (the controller enqueues the object's job); the controller also
@@ -19,7 +21,6 @@ what changed and every read of the controller is a read of the cache. The rules 
 
 from __future__ import annotations
 
-import copy
 import json
 import logging
 import random
@@ -141,7 +142,7 @@ class Informer:
         listed = self.list_function(*self.args, _preload_content=False, **self.kwargs)
         data = _json(listed)
         self.heard = time.monotonic()
-        fresh = {object_key(obj): obj for obj in data.get("items") or []}
+        fresh = {object_key(obj): _trimmed(obj) for obj in data.get("items") or []}
         with self._lock:
             gone = [obj for key, obj in self._cache.items() if key not in fresh]
             changed = [obj for key, obj in fresh.items() if self._cache.get(key) != obj]
@@ -175,7 +176,7 @@ class Informer:
                     continue
                 key = object_key(obj)
                 with self._lock:
-                    self._store(key, None if kind == "DELETED" else copy.deepcopy(obj))
+                    self._store(key, None if kind == "DELETED" else _trimmed(obj))
                 self.on_change(obj)
                 if self._stop.is_set():
                     return
@@ -185,6 +186,11 @@ class Informer:
         delay = min(high, low * 2 ** min(failures, 16)) * random.uniform(0.5, 1.0)
         log.warning("%s: %s; listing again in %.1f s", self.list_function.__name__, why, delay)
         self._stop.wait(delay)
+
+
+def _trimmed(obj: dict[str, Any]) -> dict[str, Any]:
+    (obj.get("metadata") or {}).pop("managedFields", None)
+    return obj
 
 
 def _json(response: Any) -> dict[str, Any]:
