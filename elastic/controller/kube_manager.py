@@ -14,10 +14,17 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from kubernetes import config
-from kubernetes.client import ApiException, Configuration, CoordinationV1Api, CoreV1Api, CustomObjectsApi
+from kubernetes.client import (
+    ApiException,
+    Configuration,
+    CoordinationV1Api,
+    CoreV1Api,
+    CustomObjectsApi,
+    PolicyV1Api,
+)
 
 from elastic.cluster.kubernetes import TRANSPORT_ERRORS, BoundedApiClient, KubernetesWorkers, release_pod
-from elastic.cluster.pod_manifest import TRACKING_FINALIZER, owned_by
+from elastic.cluster.pod_manifest import TRACKING_FINALIZER, disruption_budget, owned_by
 from elastic.codec import CorruptValueError, decode_json_object
 from elastic.controller.kube_status import KubeStatus
 from elastic.controller.loop import JobController
@@ -99,6 +106,7 @@ class KubernetesControllerManager:
         self.endpoints = endpoints
         self.core = CoreV1Api(api_client)
         self.custom = CustomObjectsApi(api_client)
+        self.policy = PolicyV1Api(api_client)
         leases = KubernetesLeases(CoordinationV1Api(api_client), timeout=lease_seconds / 5)
         self.elector = LeaderElector(leases, lease_namespace, identity, lease_seconds)
         election = Election(store, role="kubernetes-controller", key=controller_leader_key("kubernetes"))
@@ -113,6 +121,7 @@ class KubernetesControllerManager:
         self.pods = self._pod_informer()
         self.controllers: dict[str, tuple[JobController, FencedWorkers, KubeStatus]] = {}
         self.finished: set[str] = set()  # `namespace/name/uid` of jobs already wound down
+        self._budgets: dict[str, tuple[str | None, int]] = {}  # job -> (uid, minAvailable) of the PDB written
         self._resynced = time.monotonic()
         self._passed = time.monotonic()  # when the last pass ended (/healthz)
         self._relists = 0  # both informers' relists, as of the last pass
@@ -317,6 +326,7 @@ class KubernetesControllerManager:
         job_key = f"{namespace}/{name}"
         obj = self.jobs.get(namespace, name)
         if obj is None:  # gone from the API: its pods go with it (owner reference); none keeps our finalizer
+            self._budgets.pop(job_key, None)
             entry = self.controllers.pop(job_key, None)
             if entry is not None:
                 entry[1].workers.release_all()
@@ -348,6 +358,7 @@ class KubernetesControllerManager:
             self.controllers[job_key] = (controller, workers, status)
         controller, workers, kube_status = self.controllers[job_key]
         controller.job = job  # the object's spec, this pass (kubectl scale/edit)
+        self._keep_budget(job_key, job, check)
         job_status = controller.step()
         check(f"publishing the status of {job_key}")
         kube_status.publish(job_status, meta.get("generation"))
@@ -358,6 +369,33 @@ class KubernetesControllerManager:
             del self.controllers[job_key]
         else:
             self.queue.add_after(key, ACTIVE_REQUEUE_SECONDS)
+
+    def _keep_budget(self, job_key: str, job: ElasticJob, check: Callable[[str], None]) -> None:
+        """spec.podDisruptionBudget: the job's PDB created, or its minAvailable brought to minReplicas, when
+        that differs from what this replica last wrote (no request otherwise); deleted when the flag goes
+        off. The job owns it: deleting the job deletes it (garbage collection)."""
+        wanted = (job.metadata.uid, job.spec.min_replicas) if job.spec.pod_disruption_budget else None
+        if self._budgets.get(job_key) == wanted:
+            return
+        namespace, name = job.metadata.namespace, job.metadata.name
+        check(f"writing the PodDisruptionBudget of {job_key}")
+        if wanted is None:
+            try:
+                self.policy.delete_namespaced_pod_disruption_budget(name, namespace, _preload_content=False)
+            except ApiException as err:
+                if err.status != 404:
+                    raise
+            del self._budgets[job_key]
+            return
+        body = disruption_budget(job)
+        try:
+            self.policy.create_namespaced_pod_disruption_budget(namespace, body, _preload_content=False)
+        except ApiException as err:
+            if err.status != 409:
+                raise  # 409: it exists (this replica restarted, or minReplicas changed): bring it up to date
+            spec = {"spec": {"minAvailable": job.spec.min_replicas}}
+            self.policy.patch_namespaced_pod_disruption_budget(name, namespace, spec, _preload_content=False)
+        self._budgets[job_key] = wanted
 
     def _sync(self, obj: dict[str, Any], store: Store) -> ElasticJob | None:
         """The ElasticJob as the controller runs it, its spec mirrored into etcd (for the agents' failure

@@ -343,6 +343,9 @@ CLUSTER_RULES = {
     ("elastic.dev", "elasticjobs", "patch"),  # the controller's finalizer on the job, spec.replicas once
     ("elastic.dev", "elasticjobs/status", "patch"),
     ("elastic.dev", "elasticjobs/finalizers", "update"),  # blockOwnerDeletion on the pods' owner reference
+    ("policy", "poddisruptionbudgets", "create"),  # spec.podDisruptionBudget
+    ("policy", "poddisruptionbudgets", "patch"),
+    ("policy", "poddisruptionbudgets", "delete"),
 }
 # Leader election: one Lease in the controller's namespace, by name where RBAC allows it.
 LEASE_RULES = {

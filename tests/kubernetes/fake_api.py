@@ -13,6 +13,8 @@ the real server enforces and a bug a looser fake would hide):
 - ElasticJobs pruned, defaulted, validated and checked by their CEL rules from manifests/crd.yaml
   (`fake_schema.py`), the `/scale` subresource as apiextensions serves it (GET with `spec.replicas` absent
   or null is a 500, so an HPA cannot read such a job; a write sets it, and one without replicas is a 400);
+- the eviction API honouring PodDisruptionBudgets (`minAvailable` healthy pods, i.e. Running and Ready: an
+  eviction that would go below is a 429);
 - deletion: finalizers and `deletionTimestamp`, graceful deletion of running pods (the kubelet ends them),
   background garbage collection of dependents through `ownerReferences`;
 - names and labels validated (DNS-1123, 63-character label values), `generateName`; `managedFields` on
@@ -62,7 +64,7 @@ ADMIN_TOKEN = "admin"
 
 PATH = re.compile(
     r"^/(?:api/v1|apis/(?P<group>[^/]+)/(?P<version>[^/]+))"
-    r"(?:/namespaces/(?P<ns>[^/]+))?/(?P<res>[a-z]+)(?:/(?P<name>[^/]+)(?:/(?P<sub>status|scale))?)?$"
+    r"(?:/namespaces/(?P<ns>[^/]+))?/(?P<res>[a-z]+)(?:/(?P<name>[^/]+)(?:/(?P<sub>status|scale|eviction))?)?$"
 )
 DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
@@ -82,6 +84,7 @@ KINDS = {
     ("", "pods"): Kind("Pod", "v1", status_subresource=True),
     ("", "events"): Kind("Event", "v1"),
     ("coordination.k8s.io", "leases"): Kind("Lease", "coordination.k8s.io/v1"),
+    ("policy", "poddisruptionbudgets"): Kind("PodDisruptionBudget", "policy/v1"),
     ("elastic.dev", "elasticjobs"): Kind(
         "ElasticJob", "elastic.dev/v1alpha1", status_subresource=True, unconditional_update=False
     ),
@@ -737,6 +740,8 @@ class FakeApiServer:
                 self._inject(verb, resource)
             if verb in ("list", "watch"):
                 return self._list(group, resource, ns, query)
+            if verb == "create" and sub == "eviction":
+                return self._evict(ns, name)
             if verb == "create":
                 return self._create(group, resource, ns, copy.deepcopy(body))
             if verb == "get":
@@ -762,6 +767,33 @@ class FakeApiServer:
                     )
                 return self._write(group, resource, ns, name, body, sub)
             return self._write(group, resource, ns, name, self._patched(current, body, content_type), sub)
+
+    def _evict(self, ns: str, name: str) -> dict[str, Any]:
+        """POST pods/NAME/eviction: refused (429) while a budget selecting the pod would fall below its
+        minAvailable healthy pods; else the DisruptionTarget condition and a graceful delete."""
+        pod = self._get("", "pods", ns, name)
+        labels = pod["metadata"].get("labels") or {}
+
+        def healthy(other: dict[str, Any]) -> bool:
+            ready = any(c.get("type") == "Ready" and c.get("status") == "True"
+                        for c in (other.get("status") or {}).get("conditions") or [])  # fmt: skip
+            running = (other.get("status") or {}).get("phase") == "Running"
+            return ready and running and not other["metadata"].get("deletionTimestamp")
+
+        for (bns, bname), budget in self.objects[("policy", "poddisruptionbudgets")].items():
+            wanted = ((budget.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
+            if bns != ns or any(labels.get(k) != v for k, v in wanted.items()):
+                continue
+            selected = [o for (ons, _), o in self.pods.items()
+                        if ons == ns and all((o["metadata"].get("labels") or {}).get(k) == v
+                                             for k, v in wanted.items())]  # fmt: skip
+            left = sum(map(healthy, selected)) - (1 if healthy(pod) else 0)
+            if left < int(budget["spec"].get("minAvailable", 0)):
+                raise ApiError(429, "TooManyRequests", "Cannot evict pod as it would violate the pod's disruption "
+                               "budget.", [{"reason": "DisruptionBudget", "message": f"The disruption budget "
+                               f"{bname} needs {budget['spec']['minAvailable']} healthy pods"}])  # fmt: skip
+        self.disrupt(name, "EvictionByEvictionAPI", ns)
+        return {"kind": "Status", "apiVersion": "v1", "status": "Success", "metadata": {}}
 
     def _inject(self, verb: str, resource: str) -> None:
         if self.fail_leases and resource == "leases":

@@ -259,3 +259,34 @@ def test_the_informers_keep_no_managed_fields(fake, manager) -> None:
     assert all(fake.pods[("team-a", p)]["metadata"].get("managedFields") for p in pods), "the server keeps them"
     cached = [*controller.pods.indexed(("team-a", name)), controller.jobs.get("team-a", name)]
     assert len(cached) == 3 and not any("managedFields" in obj["metadata"] for obj in cached)
+
+
+def test_a_pod_disruption_budget_keeps_min_replicas_through_a_drain(fake, manager, admin_client) -> None:
+    """spec.podDisruptionBudget: evictions (a drain) take the job down to minReplicas ready pods, no further;
+    turning the flag off removes the budget."""
+    controller, _ = manager
+    user = client.CoreV1Api(admin_client)
+    name = f"b-{uuid.uuid4().hex[:6]}"
+    doc = job_doc(name)
+    fake.add_job({**doc, "spec": {**doc["spec"], "minReplicas": 2, "maxReplicas": 3, "podDisruptionBudget": True}})
+    pods = pods_until(fake, controller, name, 3)
+    budget = fake.objects[("policy", "poddisruptionbudgets")][("team-a", name)]
+    assert budget["spec"] == {"minAvailable": 2, "selector": {"matchLabels": {"elastic.dev/job": name}}}
+    assert budget["metadata"]["ownerReferences"][0]["uid"] == fake.jobs[("team-a", name)]["metadata"]["uid"]
+    for pod in pods:
+        fake.set_pod(pod, "Running", namespace="team-a")
+
+    def evict(pod: str) -> int:
+        try:
+            user.create_namespaced_pod_eviction(pod, "team-a", {"metadata": {"name": pod, "namespace": "team-a"}})
+            return 201
+        except client.ApiException as err:
+            return err.status
+
+    assert [evict(pods[0]), evict(pods[1])] == [201, 429], "the second would leave 1 < minReplicas ready"
+    with fake.lock:
+        job = fake.jobs[("team-a", name)]
+        fake._write("elastic.dev", "elasticjobs", "team-a", name,
+                    {**job, "spec": {**job["spec"], "podDisruptionBudget": False}}, None)  # fmt: skip
+    assert wait_until(lambda: controller.step(0.1) and ("team-a", name) not in fake.objects[
+        ("policy", "poddisruptionbudgets")], timeout=10)  # fmt: skip
