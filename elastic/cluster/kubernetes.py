@@ -85,10 +85,12 @@ class BoundedApiClient(ApiClient):
         super().__init__(configuration)
         self.timeout = timeout
 
-    def call_api(self, method: str, url: str, header_params: Any = None, body: Any = None, post_params: Any = None,
-                 _request_timeout: Any = None) -> Any:  # fmt: skip
-        timeout = self.timeout if _request_timeout is None else _request_timeout
-        return super().call_api(method, url, header_params, body, post_params, _request_timeout=timeout)
+    def call_api(self, *args: Any, **kwargs: Any) -> Any:
+        """Every generated method passes `_request_timeout` by keyword (None unless asked), in each client
+        version pyproject.toml admits; the positional parameters differ between them (29: the path first)."""
+        if kwargs.get("_request_timeout") is None:
+            kwargs["_request_timeout"] = self.timeout
+        return super().call_api(*args, **kwargs)
 
 
 class KubernetesWorkers:
