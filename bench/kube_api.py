@@ -243,9 +243,14 @@ def measure(args: argparse.Namespace, fake: FakeProcess, etcd: Any) -> Measureme
     from elastic.controller.kube_manager import KubernetesControllerManager
     from elastic.store import Store
 
+    try:
+        from elastic.cluster.kubernetes import BoundedApiClient as ControllerClient  # every request bounded
+    except ImportError:  # the code from before issue 23 (see README, Performance)
+        ControllerClient = client.ApiClient
+
     result = Measurement(args.jobs, args.pods)
     total = args.jobs * args.pods
-    with client.ApiClient(client.Configuration(host=fake.url)) as api_client, \
+    with ControllerClient(client.Configuration(host=fake.url)) as api_client, \
             Store(etcd.client_url, retry_seconds=5) as store:  # fmt: skip
         counter = RequestCounter(api_client)
         manager = KubernetesControllerManager(store, etcd.client_url, api_client, "bench-controller",

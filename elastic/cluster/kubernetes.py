@@ -26,11 +26,16 @@ against the namespace's Pod Security) fails its job as WorkerStartFailed instead
 
 Only the verbs in manifests/rbac.yaml are used: pods create/list/delete/patch (patch only takes the
 tracking finalizer off).
+
+Every request has a deadline (`BoundedApiClient`): an API server that accepts a request and never answers
+(a half-open connection, a restarting server behind a load balancer) costs the request its timeout, never
+the controller its loop. Such transport failures are `TRANSPORT_ERRORS`, retried like a 5xx.
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import json
 import logging
@@ -38,7 +43,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from kubernetes.client import ApiException, CoreV1Api
+import urllib3
+from kubernetes.client import ApiClient, ApiException, Configuration, CoreV1Api
 
 from elastic.cluster.base import WorkerLaunch, WorkerObservation
 from elastic.cluster.pod_manifest import (
@@ -57,6 +63,34 @@ from elastic.spec import ElasticJob
 log = logging.getLogger(__name__)
 
 EXPECTATION_SECONDS = 30.0  # how long a created pod may be missing from the informer's cache
+REQUEST_TIMEOUT = (5.0, 30.0)  # (connect, read) seconds of every request that does not say otherwise
+# What a request raises when the API server is not reached or stops answering: refused, reset, timed out
+# (urllib3's MaxRetryError, ProtocolError, ReadTimeoutError; socket errors). Temporary, like a 503.
+TRANSPORT_ERRORS: tuple[type[BaseException], ...] = (urllib3.exceptions.HTTPError, OSError)
+
+
+class BoundedApiClient(ApiClient):
+    """The controller's `ApiClient`: every request without a `_request_timeout` of its own gets `timeout`, and
+    urllib3 retries nothing.
+
+    The generated API methods pass no timeout unless asked, and a request left without one waits forever on
+    a connection that stopped answering (kubernetes-client/python#1148, #1402). urllib3's default of three
+    retries would make every timed-out GET take four times its timeout: the work queue and the Lease's renew
+    loop retry instead, each with its own delay.
+    """
+
+    def __init__(self, configuration: Configuration, timeout: tuple[float, float] = REQUEST_TIMEOUT) -> None:
+        configuration = copy.deepcopy(configuration)
+        configuration.retries = False
+        super().__init__(configuration)
+        self.timeout = timeout
+
+    def call_api(self, *args: Any, **kwargs: Any) -> Any:
+        """Every generated method passes `_request_timeout` by keyword (None unless asked), in each client
+        version pyproject.toml admits; the positional parameters differ between them (29: the path first)."""
+        if kwargs.get("_request_timeout") is None:
+            kwargs["_request_timeout"] = self.timeout
+        return super().call_api(*args, **kwargs)
 
 
 class KubernetesWorkers:
@@ -114,6 +148,10 @@ class KubernetesWorkers:
             self._incarnation = max(self._incarnation, int(labels.get(INCARNATION_LABEL, 0)))
 
     def start(self, launch: WorkerLaunch) -> None:
+        """Create the worker's pod. A name already taken (409) is never adopted: a worker's suffix has 16
+        bits, so the pod holding the name may well be another live worker of the same job, and taking it for
+        this one would count one pod as two workers. A create whose answer was lost is not retried here
+        (the client retries nothing): its pod is found by the informer and observed like any other."""
         self._incarnation += 1
         body = pod_manifest(self.job, self.namespace, launch, self._incarnation, self.etcd_secret)
         try:
@@ -122,10 +160,7 @@ class KubernetesWorkers:
             refused = refused_pod(err, launch.name)
             if refused is not None:
                 raise refused from None
-            existing = self._get(launch.name) if err.status == 409 else None
-            if existing is None or not owned_by(existing, self.job.metadata.uid):
-                raise
-            log.info("pod %s/%s exists already (an earlier create went through): adopted", self.namespace, launch.name)
+            raise  # a 409 too: another pod holds the name, and the job retries with a fresh one (see `start`)
         self._known[launch.name] = time.time()
         self._expected[launch.name] = time.monotonic()
         self._forgotten.discard(launch.name)
@@ -193,35 +228,10 @@ class KubernetesWorkers:
         self._delete(name, 0 if terminal else self.grace)
 
     def _get(self, name: str) -> dict[str, Any] | None:
-        try:
-            response = self.api.read_namespaced_pod(name, self.namespace, _preload_content=False)
-        except ApiException as err:
-            if err.status == 404:
-                return None
-            raise
-        return json.loads(response.data)
+        return read_pod(self.api, self.namespace, name)
 
-    def _release(self, pod: dict[str, Any], fresh: bool = True) -> None:
-        """Take the tracking finalizer off (only ours: others' finalizers stay), if the pod has it."""
-        finalizers, tracking = pod["metadata"].get("finalizers") or [], TRACKING_FINALIZER
-        if tracking not in finalizers:
-            return
-        # A JSON patch (a list body is one for every client version): a strategic merge patch would *add* to
-        # finalizers (their patch strategy is merge); the test makes it apply to the pod as read only.
-        patch = [
-            {"op": "test", "path": "/metadata/resourceVersion", "value": pod["metadata"]["resourceVersion"]},
-            {"op": "replace", "path": "/metadata/finalizers", "value": [f for f in finalizers if f != tracking]},
-        ]
-        try:
-            self.api.patch_namespaced_pod(pod["metadata"]["name"], self.namespace, patch, _preload_content=False)
-        except ApiException as err:
-            if err.status == 404:
-                return
-            if err.status not in (409, 422) or not fresh:
-                raise
-            current = self._get(pod["metadata"]["name"])  # changed since it was read (a cache lags): again
-            if current is not None:
-                self._release(current, fresh=False)
+    def _release(self, pod: dict[str, Any]) -> None:
+        release_pod(self.api, pod)
 
     def release_all(self) -> None:
         """The job is gone (deleted, or its pods orphaned): no finalizer of ours may keep its pods."""
@@ -243,3 +253,38 @@ class KubernetesWorkers:
 
     def close(self) -> None:
         """Nothing to release; the pods keep running for the next leader to adopt."""
+
+
+def read_pod(api: CoreV1Api, namespace: str, name: str) -> dict[str, Any] | None:
+    """The pod as the API server has it now, or None (404)."""
+    try:
+        response = api.read_namespaced_pod(name, namespace, _preload_content=False)
+    except ApiException as err:
+        if err.status == 404:
+            return None
+        raise
+    return json.loads(response.data)
+
+
+def release_pod(api: CoreV1Api, pod: dict[str, Any], fresh: bool = True) -> None:
+    """Take the tracking finalizer off (only ours: others' finalizers stay), if the pod has it."""
+    meta, tracking = pod["metadata"], TRACKING_FINALIZER
+    finalizers = meta.get("finalizers") or []
+    if tracking not in finalizers:
+        return
+    # A JSON patch (a list body is one for every client version): a strategic merge patch would *add* to
+    # finalizers (their patch strategy is merge); the test makes it apply to the pod as read only.
+    patch = [
+        {"op": "test", "path": "/metadata/resourceVersion", "value": meta["resourceVersion"]},
+        {"op": "replace", "path": "/metadata/finalizers", "value": [f for f in finalizers if f != tracking]},
+    ]
+    try:
+        api.patch_namespaced_pod(meta["name"], meta["namespace"], patch, _preload_content=False)
+    except ApiException as err:
+        if err.status == 404:
+            return
+        if err.status not in (409, 422) or not fresh:
+            raise
+        current = read_pod(api, meta["namespace"], meta["name"])  # changed since it was read (a cache lags)
+        if current is not None:
+            release_pod(api, current, fresh=False)

@@ -51,6 +51,18 @@ def owner_reference(job: ElasticJob) -> dict[str, Any]:
     }
 
 
+def disruption_budget(job: ElasticJob) -> dict[str, Any]:
+    """The job's PodDisruptionBudget (spec.podDisruptionBudget): minReplicas of its worker pods stay through
+    a drain, owned by the job so that it goes with it (pure)."""
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": job.metadata.name, "namespace": job.metadata.namespace,
+                     "labels": {JOB_LABEL: job.metadata.name}, "ownerReferences": [owner_reference(job)]},
+        "spec": {"minAvailable": job.spec.min_replicas, "selector": {"matchLabels": {JOB_LABEL: job.metadata.name}}},
+    }  # fmt: skip
+
+
 def owned_by(pod: dict[str, Any], uid: str | None) -> bool:
     """Whether the pod's controller is the job with this uid. A job deleted and re-created under the same
     name has a new uid: the old one's pods (still terminating) are not its workers."""

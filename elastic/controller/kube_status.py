@@ -16,6 +16,7 @@ from typing import Any
 
 from kubernetes.client import ApiException, CoreV1Api, CustomObjectsApi
 
+from elastic.cluster.kubernetes import TRANSPORT_ERRORS
 from elastic.cluster.pod_manifest import job_selector
 from elastic.controller.status import FAILED, RESTARTING, WORKERS_WAITING, timestamp
 from elastic.spec import ElasticJob
@@ -143,5 +144,5 @@ class KubeStatus:
         }
         try:
             self.core.create_namespaced_event(meta.namespace, body, _preload_content=False)
-        except ApiException as err:  # events are best effort: never stop reconciling for one
-            log.warning("event %s for %s not written: %s", event.reason, self.job.key, err.reason)
+        except (ApiException, *TRANSPORT_ERRORS) as err:  # best effort: never stop reconciling for an event
+            log.warning("event %s for %s not written: %s", event.reason, self.job.key, err)

@@ -96,6 +96,7 @@ STATUS_SCHEMA: dict[str, Any] = {
                 "step": {"type": "integer"},
                 "loss": {"type": "number"},
                 "world_size": {"type": "integer"},
+                "total": {"type": "integer", "description": "The steps the job will run, if rank 0 says."},
             },
         },
         "corrupt": {

@@ -486,6 +486,12 @@ class ElasticJobSpec(_Model):
         "the job fails with reason CapacityTimeout. 0 waits forever.",
     )
     ttl_seconds_after_finished: Int32 | None = Field(default=None, ge=0)
+    pod_disruption_budget: bool = Field(
+        default=False,
+        description="Kubernetes: a PodDisruptionBudget keeping minReplicas of the job's worker pods ready through "
+        "a drain or any other eviction (an eviction that would go below is refused until the job has more). "
+        "Off by default: an eviction is free for the job anyway (docs/design.md 3.17). Ignored locally.",
+    )
     checkpoint_dir: NonEmptyProcessText | None = Field(
         default=None,
         description="The job's checkpoint directory, the same for every run of the job (workers get it as "

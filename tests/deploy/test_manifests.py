@@ -255,6 +255,7 @@ FULL_STATUS: dict[str, Any] = {
     "restarts": {"used": 1, "max": 3},
     "restartsText": "1/3",
     "lastFailure": {"worker": "train-ddp-1", "exitCode": 137, "reason": "Error", "round": 3},
+    "progress": {"step": 5, "loss": 0.5, "world_size": 2, "total": 100},
     "selector": "elastic.dev/job=train-ddp",
     "startTime": "2025-01-01T00:00:00Z",
     "completionTime": "2025-01-01T01:00:00Z",
@@ -337,16 +338,14 @@ CLUSTER_RULES = {
     ("", "pods", "delete"),
     ("", "pods", "patch"),  # takes the tracking finalizer off a pod whose exit was read
     ("", "events", "create"),
-    ("", "events", "patch"),
-    ("elastic.dev", "elasticjobs", "get"),
     ("elastic.dev", "elasticjobs", "list"),
     ("elastic.dev", "elasticjobs", "watch"),
-    ("elastic.dev", "elasticjobs", "patch"),  # the controller's finalizer on the job
-    ("elastic.dev", "elasticjobs", "update"),
-    ("elastic.dev", "elasticjobs/status", "get"),
+    ("elastic.dev", "elasticjobs", "patch"),  # the controller's finalizer on the job, spec.replicas once
     ("elastic.dev", "elasticjobs/status", "patch"),
-    ("elastic.dev", "elasticjobs/status", "update"),
     ("elastic.dev", "elasticjobs/finalizers", "update"),  # blockOwnerDeletion on the pods' owner reference
+    ("policy", "poddisruptionbudgets", "create"),  # spec.podDisruptionBudget
+    ("policy", "poddisruptionbudgets", "patch"),
+    ("policy", "poddisruptionbudgets", "delete"),
 }
 # Leader election: one Lease in the controller's namespace, by name where RBAC allows it.
 LEASE_RULES = {
@@ -989,7 +988,7 @@ def test_controller_lists_only_the_namespace_the_variant_sets(monkeypatch: pytes
             pass
 
     monkeypatch.setattr(kube_manager.config, "load_incluster_config", lambda: None)
-    monkeypatch.setattr(kube_manager, "ApiClient", lambda: None)
+    monkeypatch.setattr(kube_manager, "BoundedApiClient", lambda configuration: None)
     monkeypatch.setattr(kube_manager, "KubernetesControllerManager", Manager)
     monkeypatch.setenv("POD_NAMESPACE", NAMESPACE)
     monkeypatch.setenv("WATCH_NAMESPACE", _watch_namespace(_kustomize(NAMESPACED)))

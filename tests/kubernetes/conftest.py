@@ -9,6 +9,8 @@ from fake_api import FakeApiServer
 from kube_harness import harness  # noqa: F401 - a fixture shared by the Kubernetes tests
 from kubernetes import client
 
+from elastic.cluster.kubernetes import BoundedApiClient
+
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The real-cluster suite runs only when asked for by name (`-m realcluster`): a developer's kubeconfig
@@ -30,7 +32,8 @@ def fake() -> Iterator[FakeApiServer]:
 
 @pytest.fixture
 def api_client(fake: FakeApiServer) -> Iterator[client.ApiClient]:
-    with client.ApiClient(client.Configuration(host=fake.url)) as api:
+    """The controller's service account, with the controller's client: every request bounded, no retries."""
+    with BoundedApiClient(client.Configuration(host=fake.url)) as api:
         yield api
 
 

@@ -11,13 +11,23 @@ the real server enforces and a bug a looser fake would hide):
 - list with label/field selectors and the list's resourceVersion; watch from a resourceVersion with
   ADDED/MODIFIED/DELETED events, bookmarks, `timeoutSeconds`, and 410 Gone for a compacted version;
 - ElasticJobs pruned, defaulted, validated and checked by their CEL rules from manifests/crd.yaml
-  (`fake_schema.py`), the `/scale` subresource with the real nil handling (a null `spec.replicas` is 500);
+  (`fake_schema.py`), the `/scale` subresource as apiextensions serves it (GET with `spec.replicas` absent
+  or null is a 500, so an HPA cannot read such a job; a write sets it, and one without replicas is a 400);
+- the eviction API honouring PodDisruptionBudgets (`minAvailable` healthy pods, i.e. Running and Ready: an
+  eviction that would go below is a 429);
 - deletion: finalizers and `deletionTimestamp`, graceful deletion of running pods (the kubelet ends them),
   background garbage collection of dependents through `ownerReferences`;
-- names and labels validated (DNS-1123, 63-character label values), `generateName`;
+- names and labels validated (DNS-1123, 63-character label values), `generateName`; `managedFields` on
+  every object, as server-side apply keeps them;
 - RBAC from manifests/rbac.yaml enforced for the controller (a request outside it is 403), a `restricted`
   Pod Security namespace refuses a pod that is not restricted-compatible (403);
-- injectable failures (429/5xx for N matching requests) and latency.
+- injectable failures (429/5xx for N matching requests) and latency, and the network's own: a blackhole
+  (`blackhole()`: the controller's requests are read and never answered, its open watches go silent; after
+  `restore()` new requests are answered, while those connections stay half-open, silent for good),
+  `reset_connections()` (every open connection, a watch mid-stream included, closed with no answer),
+  `restart()` (that, plus the watch cache gone: resuming an old version is 410), and
+  `random_faults(seed, count)` (a seeded, bounded number of 409/429/500/503 answers, resets, and answers
+  lost after the request was carried out).
 
 There is no scheduler and no kubelet process: tests play them with the `kubelet` methods below (schedule,
 run, terminate, image pull back-off, unschedulable, an init container failing, node partition, eviction,
@@ -29,10 +39,12 @@ service account. Every request is recorded as an RBAC
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import random
 import re
+import socket
 import threading
 import time
 import uuid
@@ -52,7 +64,7 @@ ADMIN_TOKEN = "admin"
 
 PATH = re.compile(
     r"^/(?:api/v1|apis/(?P<group>[^/]+)/(?P<version>[^/]+))"
-    r"(?:/namespaces/(?P<ns>[^/]+))?/(?P<res>[a-z]+)(?:/(?P<name>[^/]+)(?:/(?P<sub>status|scale))?)?$"
+    r"(?:/namespaces/(?P<ns>[^/]+))?/(?P<res>[a-z]+)(?:/(?P<name>[^/]+)(?:/(?P<sub>status|scale|eviction))?)?$"
 )
 DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
@@ -72,6 +84,7 @@ KINDS = {
     ("", "pods"): Kind("Pod", "v1", status_subresource=True),
     ("", "events"): Kind("Event", "v1"),
     ("coordination.k8s.io", "leases"): Kind("Lease", "coordination.k8s.io/v1"),
+    ("policy", "poddisruptionbudgets"): Kind("PodDisruptionBudget", "policy/v1"),
     ("elastic.dev", "elasticjobs"): Kind(
         "ElasticJob", "elastic.dev/v1alpha1", status_subresource=True, unconditional_update=False
     ),
@@ -162,6 +175,27 @@ class Fault:
     resource: str | None = None
 
 
+class Dropped(Exception):
+    """The connection goes with no answer (the request may have been carried out: `lost`)."""
+
+
+@dataclass
+class RandomFaults:
+    """Each request of the controller fails with `probability`, `left` times in all, as `rng` picks: an HTTP
+    error, a reset before the request is carried out, or the answer lost after it was."""
+
+    rng: random.Random
+    left: int
+    probability: float
+    kinds: tuple[int | str, ...] = (409, 429, 500, 503, "reset", "lost")
+
+    def draw(self) -> int | str | None:
+        if self.left <= 0 or self.rng.random() >= self.probability:
+            return None
+        self.left -= 1
+        return self.rng.choice(self.kinds)
+
+
 def _labels_problem(labels: dict[str, Any]) -> str | None:
     for key, value in labels.items():
         prefix, _, name = key.rpartition("/")
@@ -240,6 +274,12 @@ class FakeApiServer:
         self.scale_paths = crd["spec"]["versions"][0]["subresources"]["scale"]
         self._stopped = False
         self._watch_generation = 0
+        self.answering = threading.Event()  # cleared while blackholed
+        self.answering.set()
+        self.stopping = threading.Event()  # what a request held in a blackhole waits for
+        self.held = 0  # requests and watches a blackhole caught
+        self.random: RandomFaults | None = None
+        self.injected: list[int | str] = []  # what random_faults injected, in order
         handler = type("Handler", (_Handler,), {"fake": self})
         self.httpd = _Server(("127.0.0.1", 0), handler)
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
@@ -256,6 +296,7 @@ class FakeApiServer:
         with self.lock:
             self._stopped = True
             self.changed.notify_all()
+        self.stopping.set()
         self.httpd.shutdown()
         self.httpd.server_close()
 
@@ -309,6 +350,46 @@ class FakeApiServer:
             self.history.clear()
             self._watch_generation += 1
             self.changed.notify_all()
+
+    # --- the network and the server process ---
+
+    def blackhole(self) -> None:
+        """The controller's requests are accepted and read, and never answered; its open watches send
+        nothing more (no event, no bookmark). The user's (admin) requests still go through: the controller
+        alone is cut off, as behind a broken load balancer."""
+        self.answering.clear()
+
+    def restore(self) -> None:
+        """The end of the blackhole: new requests are answered again. Those held in it never are, as on a
+        half-open connection: only the client's own timeout ends them."""
+        self.answering.set()
+
+    def reset_connections(self) -> None:
+        """Every open connection (kept-alive ones, watches mid-stream) is closed with no further byte."""
+        self.httpd.drop_all()
+
+    def restart(self) -> None:
+        """kube-apiserver restarting: every connection dropped and the watch cache rebuilt from now, so a
+        watch resumed from an older resourceVersion is 410 Gone (the objects, in etcd, stay)."""
+        self.reset_connections()
+        self.compact()
+
+    def _hold(self) -> None:
+        """A request or watch caught in the blackhole: half-open until the server stops."""
+        with self.lock:
+            self.held += 1
+        self.stopping.wait()
+
+    def random_faults(self, seed: int, count: int, probability: float = 0.2) -> None:
+        """From now on, `count` of the controller's requests, picked with `probability` by `seed`, fail."""
+        self.random = RandomFaults(random.Random(seed), count, probability)
+
+    def _draw_fault(self, admin: bool) -> int | str | None:
+        with self.lock:
+            fault = None if admin or self.random is None else self.random.draw()
+            if fault is not None:
+                self.injected.append(fault)
+            return fault
 
     # --- the kubelet and the scheduler, scripted ---
 
@@ -497,6 +578,11 @@ class FakeApiServer:
         kind = KINDS[(group, resource)]
         body["apiVersion"], body["kind"] = kind.api_version, kind.kind
         meta.update({"namespace": ns, "uid": str(uuid.uuid4()), "creationTimestamp": now_text(), "generation": 1})
+        # Server-side apply's record of who set which field: on every object the real server returns, often
+        # the bulk of its metadata (what an informer should not keep).
+        meta["managedFields"] = [{"manager": "fake", "operation": "Update", "apiVersion": kind.api_version,
+                                  "time": now_text(), "fieldsType": "FieldsV1",
+                                  "fieldsV1": {"f:metadata": {"f:labels": {}}, "f:spec": {}}}]  # fmt: skip
         for dropped in ("resourceVersion", "deletionTimestamp", "deletionGracePeriodSeconds"):
             meta.pop(dropped, None)
         if kind.status_subresource:
@@ -654,6 +740,8 @@ class FakeApiServer:
                 self._inject(verb, resource)
             if verb in ("list", "watch"):
                 return self._list(group, resource, ns, query)
+            if verb == "create" and sub == "eviction":
+                return self._evict(ns, name)
             if verb == "create":
                 return self._create(group, resource, ns, copy.deepcopy(body))
             if verb == "get":
@@ -679,6 +767,33 @@ class FakeApiServer:
                     )
                 return self._write(group, resource, ns, name, body, sub)
             return self._write(group, resource, ns, name, self._patched(current, body, content_type), sub)
+
+    def _evict(self, ns: str, name: str) -> dict[str, Any]:
+        """POST pods/NAME/eviction: refused (429) while a budget selecting the pod would fall below its
+        minAvailable healthy pods; else the DisruptionTarget condition and a graceful delete."""
+        pod = self._get("", "pods", ns, name)
+        labels = pod["metadata"].get("labels") or {}
+
+        def healthy(other: dict[str, Any]) -> bool:
+            ready = any(c.get("type") == "Ready" and c.get("status") == "True"
+                        for c in (other.get("status") or {}).get("conditions") or [])  # fmt: skip
+            running = (other.get("status") or {}).get("phase") == "Running"
+            return ready and running and not other["metadata"].get("deletionTimestamp")
+
+        for (bns, bname), budget in self.objects[("policy", "poddisruptionbudgets")].items():
+            wanted = ((budget.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
+            if bns != ns or any(labels.get(k) != v for k, v in wanted.items()):
+                continue
+            selected = [o for (ons, _), o in self.pods.items()
+                        if ons == ns and all((o["metadata"].get("labels") or {}).get(k) == v
+                                             for k, v in wanted.items())]  # fmt: skip
+            left = sum(map(healthy, selected)) - (1 if healthy(pod) else 0)
+            if left < int(budget["spec"].get("minAvailable", 0)):
+                raise ApiError(429, "TooManyRequests", "Cannot evict pod as it would violate the pod's disruption "
+                               "budget.", [{"reason": "DisruptionBudget", "message": f"The disruption budget "
+                               f"{bname} needs {budget['spec']['minAvailable']} healthy pods"}])  # fmt: skip
+        self.disrupt(name, "EvictionByEvictionAPI", ns)
+        return {"kind": "Status", "apiVersion": "v1", "status": "Success", "metadata": {}}
 
     def _inject(self, verb: str, resource: str) -> None:
         if self.fail_leases and resource == "leases":
@@ -725,12 +840,17 @@ class FakeApiServer:
                 return False
         return True
 
-    def _scale(self, obj: dict[str, Any]) -> dict[str, Any]:
-        """GET .../scale as apiextensions computes it: a missing spec field reads 0, a null one is an error."""
+    def _scale(self, obj: dict[str, Any], unset: int | None = None) -> dict[str, Any]:
+        """The Scale of `obj` as apiextensions computes it. A missing spec field is a 500 on GET ("the spec
+        replicas field ... does not exist"); a write starts from `unset` there instead (int32's smallest: a
+        write that leaves it so is refused). A null is an accessor error, a 500 either way."""
         spec_path = self.scale_paths["specReplicasPath"].strip(".").split(".")
         replicas = _nested(obj, spec_path)
         if replicas is _MISSING:
-            replicas = 0
+            if unset is None:
+                raise ApiError(500, "InternalError", f"the spec replicas field "
+                               f"\"{self.scale_paths['specReplicasPath']}\" does not exist")  # fmt: skip
+            replicas = unset
         elif not isinstance(replicas, int) or isinstance(replicas, bool):
             raise ApiError(
                 500,
@@ -750,15 +870,22 @@ class FakeApiServer:
 
     def _rescale(self, group: str, resource: str, ns: str, name: str, current: dict[str, Any], body: Any,
                  verb: str, content_type: str) -> dict[str, Any]:  # fmt: skip
-        scale = body if verb == "update" else self._patched(self._scale(current), body, content_type)
+        unset = -2147483648
+        scale = body if verb == "update" else self._patched(self._scale(current, unset), body, content_type)
+        replicas = (scale.get("spec") or {}).get("replicas")
+        if replicas in (None, unset):
+            raise ApiError(400, "BadRequest", f"the spec replicas field \"{self.scale_paths['specReplicasPath']}\" "
+                           "cannot be empty")  # fmt: skip
         wanted = copy.deepcopy(current)
-        wanted["spec"]["replicas"] = (scale.get("spec") or {}).get("replicas")
+        wanted["spec"]["replicas"] = replicas
         wanted["metadata"]["resourceVersion"] = (scale.get("metadata") or {}).get("resourceVersion") or None
         self._write(group, resource, ns, name, wanted, None)
         return self._scale(self._get(group, resource, ns, name))
 
-    def watch(self, group: str, resource: str, ns: str | None, query: dict[str, list[str]]) -> Iterator[dict[str, Any]]:
-        """The events of a watch, as the server streams them, until `timeoutSeconds` or the server stops.
+    def watch(self, group: str, resource: str, ns: str | None, query: dict[str, list[str]],
+              admin: bool = False) -> Iterator[dict[str, Any]]:  # fmt: skip
+        """The events of a watch, as the server streams them, until `timeoutSeconds` or the server stops;
+        the controller's watch goes silent in a blackhole, and is dropped (`Dropped`) when it ends.
 
         The lock is held only to collect events, never while the caller writes them to the socket.
         """
@@ -788,6 +915,9 @@ class FakeApiServer:
         yield from batch
         last_bookmark = time.monotonic()
         while seen >= 0:
+            if not admin and not self.answering.is_set():
+                self._hold()
+                raise Dropped("the server stops")
             with self.lock:
                 if self._stopped or generation != self._watch_generation:
                     return
@@ -823,6 +953,30 @@ def _nested(obj: Any, path: list[str]) -> Any:
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
 
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.open: set[socket.socket] = set()
+        self.open_lock = threading.Lock()
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        with self.open_lock:
+            self.open.add(request)
+        super().process_request(request, client_address)
+
+    def shutdown_request(self, request: Any) -> None:
+        with self.open_lock:
+            self.open.discard(request)
+        super().shutdown_request(request)
+
+    def drop_all(self) -> None:
+        """Close every open connection for reading and writing: the client reads an end with no answer (a
+        watch: a stream cut mid-chunk), and the handler's next write fails."""
+        with self.open_lock:
+            connections = list(self.open)
+        for connection in connections:
+            with contextlib.suppress(OSError):
+                connection.shutdown(socket.SHUT_RDWR)
+
     def handle_error(self, request: Any, client_address: Any) -> None:
         """A client that hangs up on a kept-alive connection or a watch is no error of the server's."""
 
@@ -841,14 +995,28 @@ class _Handler(BaseHTTPRequestHandler):
         length = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(length) if length else b""
         admin = self.headers.get("Authorization", "") == f"Bearer {ADMIN_TOKEN}"
+        if not admin and not self.fake.answering.is_set():  # blackholed: read, never answered
+            self.fake._hold()
+            self._drop()
+            return
+        fault = self.fake._draw_fault(admin)
+        if fault == "reset":
+            self._drop()
+            return
         try:
+            if isinstance(fault, int):
+                raise ApiError(fault, {409: "Conflict", 429: "TooManyRequests", 503: "ServiceUnavailable"}.get(
+                    fault, "InternalError"), f"injected {fault} (random faults)")  # fmt: skip
             body = json.loads(raw) if raw else None
             result = self.fake.handle(self.command, url.path, query, body, self.headers.get("Content-Type", ""), admin)
             code = 201 if self.command == "POST" else 200
         except ApiError as err:
             result, code = err.status(), err.code
+        if fault == "lost":  # carried out; the answer never arrives
+            self._drop()
+            return
         if self.command == "GET" and code == 200 and query.get("watch", ["false"])[0].lower() in ("true", "1"):
-            self._stream(url.path, query)
+            self._stream(url.path, query, admin)
             return
         data = json.dumps(result).encode()
         self.send_response(code)
@@ -857,7 +1025,13 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
-    def _stream(self, path: str, query: dict[str, list[str]]) -> None:
+    def _drop(self) -> None:
+        """End the connection with no (further) answer."""
+        self.close_connection = True
+        with contextlib.suppress(OSError):
+            self.connection.shutdown(socket.SHUT_RDWR)
+
+    def _stream(self, path: str, query: dict[str, list[str]], admin: bool) -> None:
         """A watch: one JSON event per line, in HTTP/1.1 chunks as kube-apiserver sends them (older clients
         read a watch with `read_chunked` and see nothing of a plain stream)."""
         match = PATH.match(path)
@@ -867,12 +1041,14 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
         try:
-            for event in self.fake.watch(match["group"] or "", match["res"], match["ns"], query):
+            for event in self.fake.watch(match["group"] or "", match["res"], match["ns"], query, admin):
                 line = json.dumps(event).encode() + b"\n"
                 self.wfile.write(b"%x\r\n%s\r\n" % (len(line), line))
                 self.wfile.flush()
             self.wfile.write(b"0\r\n\r\n")
-        except (BrokenPipeError, ConnectionResetError):
+        except Dropped:
+            self._drop()
+        except OSError:  # the client went, or reset_connections() closed it
             self.close_connection = True
 
     do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _serve

@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import copy
 import json
+import random
 import time
 from typing import Any
 
 import pytest
-from fake_api import Fault
+import urllib3
+from fake_api import Fault, RandomFaults
 from kubernetes import client, watch
 from kubernetes.client import ApiException
 
@@ -103,14 +105,20 @@ def test_names_and_labels_are_validated(fake, core) -> None:
     assert generated.metadata.name.startswith("w-") and len(generated.metadata.name) == 7
 
 
-def test_scale_reads_a_missing_replicas_as_zero_and_a_null_one_is_pruned(fake, admin) -> None:
-    """A null under a nullable specReplicasPath makes GET /scale a 500 (kubectl scale and every HPA break);
-    the CRD must not let a null be stored there."""
+def test_scale_of_a_job_without_replicas_is_a_500_until_a_write_sets_them(fake, admin) -> None:
+    """apiextensions: GET /scale with spec.replicas absent is a 500 (every HPA reading it fails), a null one
+    is pruned by the schema (it would be an accessor error), a scale write sets it, one without it is a 400."""
     admin.create_namespaced_custom_object(G, V, "default", P, job(replicas=None))
     assert "replicas" not in fake.jobs[("default", "j")]["spec"]
-    assert admin.get_namespaced_custom_object_scale(G, V, "default", P, "j")["spec"]["replicas"] == 0
+    with pytest.raises(ApiException) as unset:
+        admin.get_namespaced_custom_object_scale(G, V, "default", P, "j")
+    assert status_of(unset) == 500 and "does not exist" in unset.value.body
+    with pytest.raises(ApiException) as empty:
+        admin.patch_namespaced_custom_object_scale(G, V, "default", P, "j", {"metadata": {"labels": {"a": "b"}}})
+    assert status_of(empty) == 400
     scaled = admin.patch_namespaced_custom_object_scale(G, V, "default", P, "j", {"spec": {"replicas": 2}})
     assert scaled["spec"]["replicas"] == 2 and fake.jobs[("default", "j")]["spec"]["replicas"] == 2
+    assert admin.get_namespaced_custom_object_scale(G, V, "default", P, "j")["spec"]["replicas"] == 2
 
 
 def test_finalizers_hold_a_deletion_and_garbage_collection_follows_owners(fake, admin, admin_core) -> None:
@@ -190,3 +198,79 @@ def test_injected_faults_answer_the_next_matching_requests(fake, core) -> None:
         core.list_namespaced_pod("default")
     assert status_of(throttled) == 429
     assert core.list_namespaced_pod("default").items == []
+
+
+def test_a_blackholed_server_reads_requests_and_never_answers_them(fake, core, admin_core) -> None:
+    """A request with no deadline would wait forever (kubernetes-client/python#1148): only a read timeout
+    ends it. The user (admin) still gets through; after `restore()` new requests are answered."""
+    fake.blackhole()
+    started = time.monotonic()
+    with pytest.raises(urllib3.exceptions.ReadTimeoutError):
+        core.list_namespaced_pod("default", _request_timeout=(1, 0.5))
+    assert 0.5 <= time.monotonic() - started < 2
+    assert admin_core.list_namespaced_pod("default").items == []
+    fake.restore()
+    assert core.list_namespaced_pod("default").items == []
+
+
+def test_a_watch_caught_in_a_blackhole_stays_silent_even_after_it(fake, core) -> None:
+    """A half-open watch: no event, no bookmark, no end. Only the client's read timeout notices."""
+    fake.bookmark_seconds = 0.1
+    stream = watch.Watch().stream(core.list_namespaced_pod, "default", allow_watch_bookmarks=True,
+                                  timeout_seconds=30, _request_timeout=(1, 1.5))  # fmt: skip
+    core.create_namespaced_pod("default", {"metadata": {"name": "a"}, "spec": {"containers": [{"name": "c",
+                                                                                                "image": "i"}]}})
+    assert next(stream)["type"] == "ADDED"
+    fake.blackhole()
+    deadline = time.monotonic() + 5
+    while not fake.held:  # the watch is caught
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    fake.restore()
+    core.create_namespaced_pod("default", {"metadata": {"name": "b"}, "spec": {"containers": [{"name": "c",
+                                                                                                "image": "i"}]}})
+    started = time.monotonic()
+    with pytest.raises(urllib3.exceptions.ReadTimeoutError):  # pod b's ADDED never comes on this watch
+        for _ in stream:
+            pass
+    assert time.monotonic() - started < 3
+
+
+def test_a_reset_cuts_a_watch_mid_stream_and_a_restart_makes_old_versions_gone(fake, core) -> None:
+    fake.add_job(job())  # the list's resourceVersion is then not "0" (which means "from now")
+    start = core.list_namespaced_pod("default").metadata.resource_version
+    core.create_namespaced_pod("default", {"metadata": {"name": "a"}, "spec": {"containers": [{"name": "c",
+                                                                                                "image": "i"}]}})
+    for cut in (fake.reset_connections, fake.restart):
+        stream = watch.Watch().stream(core.list_namespaced_pod, "default", resource_version=start,
+                                      allow_watch_bookmarks=True, timeout_seconds=30)  # fmt: skip
+        assert next(stream)["type"] == "ADDED"
+        cut()
+        with pytest.raises(urllib3.exceptions.ProtocolError):  # not a clean end of the stream: a broken one
+            for _ in stream:
+                pass
+    response = core.list_namespaced_pod("default", watch=True, resource_version=start, timeout_seconds=1,
+                                        _preload_content=False)  # fmt: skip
+    first = json.loads(response.data.splitlines()[0])
+    assert first["type"] == "ERROR" and first["object"]["code"] == 410, "the restarted cache starts from now"
+
+
+def test_random_faults_are_seeded_bounded_and_may_lose_the_answer_of_a_write(fake, core) -> None:
+    fake.random_faults(seed=7, count=12, probability=0.5)
+    outcomes = []
+    for n in range(60):
+        try:
+            core.create_namespaced_pod("default", {"metadata": {"name": f"p{n}"},
+                                                   "spec": {"containers": [{"name": "c", "image": "i"}]}})  # fmt: skip
+            outcomes.append("ok")
+        except ApiException as err:
+            outcomes.append(err.status)
+        except (urllib3.exceptions.HTTPError, OSError):
+            outcomes.append("dropped")
+    assert len(fake.injected) == 12 and outcomes.count("ok") == 48
+    assert {409, 429, 500, 503} & set(outcomes) and "dropped" in outcomes
+    lost = [f"p{n}" for n, outcome in enumerate(outcomes) if outcome == "dropped"]
+    if "lost" in fake.injected:
+        assert any(("default", name) in fake.pods for name in lost), "a lost answer's create was carried out"
+    replay = RandomFaults(random.Random(7), 12, 0.5)  # the same seed, the same faults
+    assert [f for f in (replay.draw() for _ in range(60)) if f is not None] == fake.injected

@@ -175,11 +175,12 @@ def test_a_replica_that_loses_the_lease_gives_its_etcd_epoch_up_at_once(fake: Fa
 STALLED_CONTROLLER = """
 import sys, threading
 from kubernetes import client
+from elastic.cluster.kubernetes import BoundedApiClient
 from elastic.controller.machinery.kube_leadership import exit_on_loss
 from elastic.controller.kube_manager import KubernetesControllerManager
 from elastic.store import Store
 api, etcd = sys.argv[1:3]
-api_client = client.ApiClient(client.Configuration(host=api))
+api_client = BoundedApiClient(client.Configuration(host=api))
 manager = KubernetesControllerManager(Store(etcd, retry_seconds=5), etcd, api_client, "controller-p", "elastic-system",
                                       lease_seconds=2, on_lost=exit_on_loss).start()
 while not manager.step():

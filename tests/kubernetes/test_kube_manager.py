@@ -141,8 +141,9 @@ def test_the_health_endpoints_answer_the_kubelets_probes() -> None:
     from elastic.store.server import free_port
 
     ready: list[bool] = [False]
+    problem: list[str | None] = [None]
     port = free_port()
-    server = serve_health(port, lambda: ready[0])
+    server = serve_health(port, lambda: ready[0], lambda: problem[0])
     try:
         def status(path: str) -> int:
             try:
@@ -154,6 +155,8 @@ def test_the_health_endpoints_answer_the_kubelets_probes() -> None:
         assert (status("/healthz"), status("/readyz"), status("/metrics")) == (200, 503, 404)
         ready[0] = True  # the informers' first lists are in
         assert status("/readyz") == 200
+        problem[0] = "no answer to list_pod_for_all_namespaces (list or watch) for 200 s"  # a frozen cache
+        assert status("/healthz") == 503
     finally:
         server.shutdown()
         server.server_close()
@@ -178,3 +181,112 @@ def test_the_kubernetes_controller_records_its_jobs_metrics(fake, api_client, et
         finally:
             manager.close()
             store.delete(controller_leader_key("kubernetes"))
+
+
+def test_a_job_without_replicas_gets_them_once_so_an_hpa_can_read_and_write_its_scale(
+    fake, manager, admin_client
+) -> None:
+    """GET /scale is a 500 on a job whose spec.replicas is unset (apiextensions): the controller writes the
+    value unset means (maxReplicas) once; the HPA then reads the scale (replicas, selector) and writes it."""
+    controller, _ = manager
+    user = client.CustomObjectsApi(admin_client)  # the HPA controller's own rights on */scale
+    name = f"h-{uuid.uuid4().hex[:6]}"
+    fake.add_job({**job_doc(name), "spec": {**job_doc(name)["spec"], "minReplicas": 1, "maxReplicas": 3}})
+    pods_until(fake, controller, name, 3)
+    assert fake.jobs[("team-a", name)]["spec"]["replicas"] == 3, "the value unset means, written once"
+
+    def scale() -> dict[str, Any]:
+        return user.get_namespaced_custom_object_scale("elastic.dev", "v1alpha1", "team-a", "elasticjobs", name)
+
+    assert wait_until(lambda: controller.step(0.1) and scale()["status"]["selector"], timeout=10)
+    assert scale()["spec"]["replicas"] == 3 and scale()["status"]["selector"] == f"elastic.dev/job={name}"
+    user.patch_namespaced_custom_object_scale("elastic.dev", "v1alpha1", "team-a", "elasticjobs", name,
+                                              {"spec": {"replicas": 1}})  # the HPA scales down  # fmt: skip
+    pods_until(fake, controller, name, 1)
+    assert scale()["spec"]["replicas"] == 1
+
+
+@pytest.mark.parametrize("ended", ["deleted while no controller ran", "finished before its pods were released"])
+def test_tracking_finalizers_left_by_a_controller_that_went_are_released_by_the_next(
+    fake, api_client, etcd_server, ended: str
+) -> None:
+    """Without a sweep, pods whose job nobody runs any more keep the tracking finalizer: Terminating forever."""
+    name = f"f-{uuid.uuid4().hex[:6]}"
+    with Store(etcd_server.client_url, retry_seconds=5) as store:
+        first = KubernetesControllerManager(store, etcd_server.client_url, api_client, "controller-1",
+                                            "elastic-system", lease_seconds=2).start()  # fmt: skip
+        assert wait_until(first.step, timeout=10)
+        fake.add_job(job_doc(name))
+        pods = pods_until(fake, first, name, 2)
+        first.close()  # the controller goes (uninstalled, or down)
+        store.delete(controller_leader_key("kubernetes"))
+        for pod in pods:
+            fake.set_pod(pod, "Succeeded", exit_code=0, namespace="team-a")
+        if ended == "deleted while no controller ran":  # kubectl delete, then its finalizer taken off by hand
+            fake.delete_job(name, "team-a")
+            with fake.lock:
+                job = fake.jobs[("team-a", name)]
+                fake._write("elastic.dev", "elasticjobs", "team-a", name,
+                            {**job, "metadata": {**job["metadata"], "finalizers": []}}, None)  # fmt: skip
+        else:  # its final status was written, and the controller went before releasing its pods
+            with fake.lock:
+                job = fake.jobs[("team-a", name)]
+                final = {**job, "status": {**(job.get("status") or {}), "phase": "Succeeded"}}
+                fake._write("elastic.dev", "elasticjobs", "team-a", name, final, "status")
+        assert all("elastic.dev/worker-tracking" in fake.pods[("team-a", p)]["metadata"]["finalizers"] for p in pods)
+        second = KubernetesControllerManager(store, etcd_server.client_url, api_client, "controller-2",
+                                             "elastic-system", lease_seconds=2).start()  # fmt: skip
+        try:
+
+            def released() -> bool:
+                second.step(0.1)
+                with fake.lock:
+                    left = [fake.pods.get(("team-a", p)) for p in pods]
+                return all(pod is None or not pod["metadata"].get("finalizers") for pod in left)
+
+            assert wait_until(released, timeout=10), [fake.pods.get(("team-a", p)) for p in pods]
+        finally:
+            second.close()
+            store.delete(controller_leader_key("kubernetes"))
+
+
+def test_the_informers_keep_no_managed_fields(fake, manager) -> None:
+    """managedFields are often most of an object's metadata, and nothing the controller reads."""
+    controller, _ = manager
+    name = f"mf-{uuid.uuid4().hex[:6]}"
+    fake.add_job(job_doc(name))
+    pods = pods_until(fake, controller, name, 2)
+    assert all(fake.pods[("team-a", p)]["metadata"].get("managedFields") for p in pods), "the server keeps them"
+    cached = [*controller.pods.indexed(("team-a", name)), controller.jobs.get("team-a", name)]
+    assert len(cached) == 3 and not any("managedFields" in obj["metadata"] for obj in cached)
+
+
+def test_a_pod_disruption_budget_keeps_min_replicas_through_a_drain(fake, manager, admin_client) -> None:
+    """spec.podDisruptionBudget: evictions (a drain) take the job down to minReplicas ready pods, no further;
+    turning the flag off removes the budget."""
+    controller, _ = manager
+    user = client.CoreV1Api(admin_client)
+    name = f"b-{uuid.uuid4().hex[:6]}"
+    doc = job_doc(name)
+    fake.add_job({**doc, "spec": {**doc["spec"], "minReplicas": 2, "maxReplicas": 3, "podDisruptionBudget": True}})
+    pods = pods_until(fake, controller, name, 3)
+    budget = fake.objects[("policy", "poddisruptionbudgets")][("team-a", name)]
+    assert budget["spec"] == {"minAvailable": 2, "selector": {"matchLabels": {"elastic.dev/job": name}}}
+    assert budget["metadata"]["ownerReferences"][0]["uid"] == fake.jobs[("team-a", name)]["metadata"]["uid"]
+    for pod in pods:
+        fake.set_pod(pod, "Running", namespace="team-a")
+
+    def evict(pod: str) -> int:
+        try:
+            user.create_namespaced_pod_eviction(pod, "team-a", {"metadata": {"name": pod, "namespace": "team-a"}})
+            return 201
+        except client.ApiException as err:
+            return err.status
+
+    assert [evict(pods[0]), evict(pods[1])] == [201, 429], "the second would leave 1 < minReplicas ready"
+    with fake.lock:
+        job = fake.jobs[("team-a", name)]
+        fake._write("elastic.dev", "elasticjobs", "team-a", name,
+                    {**job, "spec": {**job["spec"], "podDisruptionBudget": False}}, None)  # fmt: skip
+    assert wait_until(lambda: controller.step(0.1) and ("team-a", name) not in fake.objects[
+        ("policy", "poddisruptionbudgets")], timeout=10)  # fmt: skip

@@ -5,6 +5,7 @@ The writer's requests go to the FAKE API server of fake_api.py (no kube-apiserve
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -85,3 +86,21 @@ def test_publish_writes_only_changes(fake: FakeApiServer, api_client: client.Api
     # a job deleted meanwhile: no error, the controller winds down on its own
     del fake.jobs[("default", "sj")]
     assert writer.publish(status("Failed", "Deleted", 1)) is True
+
+
+def test_every_status_field_the_controller_writes_survives_the_crds_pruning(harness) -> None:
+    """The API server prunes what the structural schema does not declare: what the controller wrote must
+    read back whole (a running job with progress and a charge, then one with a corrupt key)."""
+    h = harness()
+    names = h.start_training()
+    h.store.put_json(h.keys.progress, {"step": 5, "loss": 0.5, "world_size": 2, "total": 100, "at": 1.0})
+    h.fake.set_pod(names[0], "Failed", exit_code=1)
+    deadline = time.monotonic() + 10
+    while "lastFailure" not in (written := h.step()):
+        assert time.monotonic() < deadline, written
+    assert written["progress"]["total"] == 100
+    selector = {"selector": f"elastic.dev/job={h.name}"}
+    assert h.kube_job()["status"] == {**written, **selector}
+    h.store.put(h.keys.budget, b"not json")  # a key that does not decode: CorruptState and status.corrupt
+    written = h.step()
+    assert "corrupt" in written and h.kube_job()["status"] == {**written, **selector}

@@ -31,6 +31,7 @@ import pytest
 from fake_api import FakeApiServer
 from kube_harness import _until, job_doc
 from kubernetes import client
+from kubernetes.client import ApiException
 
 from elastic.cluster.base import WorkerLaunch, WorkerStartError
 from elastic.cluster.kubernetes import KubernetesWorkers
@@ -324,12 +325,16 @@ def test_a_recreated_job_does_not_adopt_the_old_jobs_pods(fake, core) -> None:
     assert [w.name for w in KubernetesWorkers(core, old_job).observe()] == ["rc-0001"]
 
 
-def test_a_create_that_went_through_before_a_lost_answer_is_adopted(fake, core) -> None:
+def test_a_second_create_of_a_name_is_a_conflict_and_the_pod_is_one_worker(fake, core) -> None:
+    """Issue 23: this 409 was adopted as "a create that went through before a lost answer"; it cannot be
+    told from a live pod that drew the same 16-bit suffix, which adoption would count twice."""
     stored = fake.add_job(job_doc("cr"))
     job = parse_job({**job_doc("cr"), "metadata": {"name": "cr", "uid": stored["metadata"]["uid"]}})
     KubernetesWorkers(core, job).start(WorkerLaunch("cr-0001", ["python"], {}))
-    again = KubernetesWorkers(core, job)  # a retry of the same create (its first answer was lost): 409
-    again.start(WorkerLaunch("cr-0001", ["python"], {}))
+    again = KubernetesWorkers(core, job)  # a restarted controller; it lists the pod
+    with pytest.raises(ApiException) as conflict:
+        again.start(WorkerLaunch("cr-0001", ["python"], {}))
+    assert conflict.value.status == 409
     assert [w.name for w in again.observe()] == ["cr-0001"]
 
 
@@ -359,3 +364,18 @@ def test_a_secured_etcd_without_a_worker_secret_is_a_clear_start_failure(fake, c
     with pytest.raises(WorkerStartError, match="ELASTIC_WORKER_ETCD_SECRET"):
         workers.start(WorkerLaunch("uj-0001", ["python"], dict(SECURED)))
     assert fake.pods_of("uj") == {}
+
+
+def test_a_name_drawn_twice_is_a_conflict_not_an_adoption_of_the_live_pod(fake: FakeApiServer,
+                                                                          core: client.CoreV1Api) -> None:  # fmt: skip
+    """A worker's suffix has 16 bits: a name can come up again while its first pod lives. Taking that pod
+    for the new worker would count one pod as two workers; the create fails (409) and the job retries."""
+    stored = fake.add_job(job_doc("cj"))
+    job = parse_job({**job_doc("cj"), "metadata": {"name": "cj", "uid": stored["metadata"]["uid"]}})
+    workers = KubernetesWorkers(core, job)
+    workers.start(WorkerLaunch("cj-00aa", ["python", "x.py"], {}))
+    fake.set_pod("cj-00aa", "Running")
+    with pytest.raises(ApiException) as conflict:
+        workers.start(WorkerLaunch("cj-00aa", ["python", "x.py"], {}))
+    assert conflict.value.status == 409
+    assert [w.name for w in workers.observe()] == ["cj-00aa"]

@@ -84,11 +84,14 @@ def test_a_cel_rule_refuses_an_invalid_job(cluster) -> None:
     assert refused.value.status == 422 and "minReplicas must be <= maxReplicas" in refused.value.body
 
 
-def test_scale_works_on_a_job_without_replicas(cluster) -> None:
+def test_scale_of_a_job_without_replicas_is_a_500_until_a_write_sets_them(cluster) -> None:
+    """The rule fake_api.py follows (issue 23: this test asserted a 0 the API server never answers)."""
     kubernetes, api, namespace = cluster
     custom = kubernetes.client.CustomObjectsApi(api)
     custom.create_namespaced_custom_object(G, V, namespace, P, _job("unscaled", replicas=None))
-    assert custom.get_namespaced_custom_object_scale(G, V, namespace, P, "unscaled")["spec"]["replicas"] == 0
+    with pytest.raises(kubernetes.client.ApiException) as unset:
+        custom.get_namespaced_custom_object_scale(G, V, namespace, P, "unscaled")
+    assert unset.value.status == 500
     scaled = custom.patch_namespaced_custom_object_scale(G, V, namespace, P, "unscaled", {"spec": {"replicas": 2}})
     assert scaled["spec"]["replicas"] == 2
 

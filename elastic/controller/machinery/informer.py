@@ -4,20 +4,28 @@ Polling lists every ElasticJob and every job's pods each pass (about 100 lists a
 informer lists once, then follows a watch from the list's resourceVersion, so the API server sends only
 what changed and every read of the controller is a read of the cache. The rules it follows:
 - the watch resumes from the last resourceVersion seen (events and bookmarks both advance it), with a
-  server-side `timeoutSeconds` jittered so that replicas do not reconnect in step;
+  server-side `timeoutSeconds` jittered so that replicas do not reconnect in step, and a client-side read
+  timeout: a watch silent for `read_seconds` (no event, no bookmark; kube-apiserver's watch cache sends a
+  bookmark about once a minute) is a dead connection, not a quiet cluster (kubernetes-client/python#1148);
 - 410 Gone (the version was compacted away) means the cache may have missed events: list again;
-- any other failure (the API server away, a 5xx, a 429) waits a jittered, growing backoff, then lists again;
+- any other failure (the API server away, a 5xx, a 429, a reset) waits a jittered, growing backoff capped at
+  5 s (one list per informer every 5 s is nothing to an API server; a longer cap is that much longer before
+  the controller sees a recovered server), then lists again;
+- objects are kept as received, less `metadata.managedFields` (server-side apply's bookkeeping, often most
+  of an object's metadata, read by nothing here), and never copied: each event is a freshly decoded object;
+- `heard` is when the API server last spoke (a list, an event, a bookmark): the controller's `/healthz`
+  fails when that is too long ago, so the kubelet restarts a controller whose cache froze;
 - each change calls `on_change(object)` (the controller enqueues the object's job); the controller also
   queues every cached object now and then (its resync), so a lost event never leaves a job unreconciled.
 """
 
 from __future__ import annotations
 
-import copy
 import json
 import logging
 import random
 import threading
+import time
 from collections.abc import Callable, Hashable
 from typing import Any
 
@@ -27,6 +35,7 @@ from kubernetes.client import ApiException
 log = logging.getLogger(__name__)
 
 GONE = 410
+WATCH_READ_SECONDS = 90.0  # more than the ~60 s between kube-apiserver's bookmarks
 Key = tuple[str, str]  # (namespace, name)
 
 
@@ -44,7 +53,8 @@ class Informer:
         on_change: Callable[[dict[str, Any]], None],
         *args: Any,
         watch_seconds: float = 300,
-        backoff_seconds: tuple[float, float] = (0.2, 30.0),
+        read_seconds: float = WATCH_READ_SECONDS,
+        backoff_seconds: tuple[float, float] = (0.2, 5.0),
         index: Callable[[dict[str, Any]], Hashable] | None = None,
         **kwargs: Any,
     ) -> None:
@@ -56,6 +66,7 @@ class Informer:
         self.args, self.kwargs = args, kwargs
         self.on_change = on_change
         self.watch_seconds = watch_seconds
+        self.read_seconds = read_seconds
         self.backoff_seconds = backoff_seconds
         self._cache: dict[Key, dict[str, Any]] = {}
         self._lock = threading.Lock()
@@ -64,6 +75,7 @@ class Informer:
         self._watch: watch.Watch | None = None
         self._thread = threading.Thread(target=self._run, name=f"informer-{list_function.__name__}", daemon=True)
         self.relists = 0  # how often the cache was rebuilt from a list (410 Gone, errors)
+        self.heard = time.monotonic()  # when the API server last answered (list, event, bookmark)
 
     # --- reads (the controller's; never an API request) ---
 
@@ -129,7 +141,8 @@ class Informer:
     def _list(self) -> str:
         listed = self.list_function(*self.args, _preload_content=False, **self.kwargs)
         data = _json(listed)
-        fresh = {object_key(obj): obj for obj in data.get("items") or []}
+        self.heard = time.monotonic()
+        fresh = {object_key(obj): _trimmed(obj) for obj in data.get("items") or []}
         with self._lock:
             gone = [obj for key, obj in self._cache.items() if key not in fresh]
             changed = [obj for key, obj in fresh.items() if self._cache.get(key) != obj]
@@ -149,9 +162,10 @@ class Informer:
             timeout = int(self.watch_seconds * random.uniform(1.0, 2.0))
             stream = self._watch.stream(
                 self.list_function, *self.args, resource_version=version, allow_watch_bookmarks=True,
-                timeout_seconds=timeout, **self.kwargs,
+                timeout_seconds=timeout, _request_timeout=(self.read_seconds, self.read_seconds), **self.kwargs,
             )  # fmt: skip
             for event in stream:
+                self.heard = time.monotonic()
                 obj = event.get("raw_object") or {}
                 kind = event.get("type")
                 if kind == "ERROR":
@@ -162,7 +176,7 @@ class Informer:
                     continue
                 key = object_key(obj)
                 with self._lock:
-                    self._store(key, None if kind == "DELETED" else copy.deepcopy(obj))
+                    self._store(key, None if kind == "DELETED" else _trimmed(obj))
                 self.on_change(obj)
                 if self._stop.is_set():
                     return
@@ -172,6 +186,11 @@ class Informer:
         delay = min(high, low * 2 ** min(failures, 16)) * random.uniform(0.5, 1.0)
         log.warning("%s: %s; listing again in %.1f s", self.list_function.__name__, why, delay)
         self._stop.wait(delay)
+
+
+def _trimmed(obj: dict[str, Any]) -> dict[str, Any]:
+    (obj.get("metadata") or {}).pop("managedFields", None)
+    return obj
 
 
 def _json(response: Any) -> dict[str, Any]:

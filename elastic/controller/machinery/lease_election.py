@@ -43,8 +43,9 @@ from datetime import datetime, timezone
 from enum import Enum
 from typing import Any, Protocol
 
-import urllib3
 from kubernetes.client import ApiException, CoordinationV1Api
+
+from elastic.cluster.kubernetes import TRANSPORT_ERRORS
 
 log = logging.getLogger(__name__)
 
@@ -100,7 +101,7 @@ class KubernetesLeases:
             if err.status == 409:
                 raise LeaseConflict(err.reason) from err
             raise LeaseUnavailable(f"{err.status} {err.reason}") from err
-        except (urllib3.exceptions.HTTPError, OSError) as err:  # unreachable, reset, timed out
+        except TRANSPORT_ERRORS as err:  # unreachable, reset, timed out
             raise LeaseUnavailable(str(err)) from err
         return json.loads(response.data)
 
