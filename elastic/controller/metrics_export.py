@@ -24,7 +24,8 @@ from elastic.policy.incident import RoundEnd
 from elastic.rendezvous.state import JobState
 
 JOB = ("job_namespace", "job_name")
-CHARGE_REASONS = (RoundEnd.WORKER_FAILURE.value, RoundEnd.MEMBER_LOST.value)  # the series of every job from its start; others on first use
+# the series of every job from its start; others on first use
+CHARGE_REASONS = (RoundEnd.WORKER_FAILURE.value, RoundEnd.MEMBER_LOST.value)
 # A recovery takes seconds (a re-rendezvous with lastCallSeconds) to minutes (pods scheduled anew).
 RECOVERY_BUCKETS = (0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600, float("inf"))
 
