@@ -194,8 +194,9 @@ class JobController:
     def _start_workers(self, action: StartWorkers, observed: Observed) -> None:
         """Start the workers; one the OS refuses fails the job with the OS error (the ones started before it
         are stopped by the wind-down), so a bad workingDir is a job's status, never the controller's crash."""
+        taken = {w.name for w in observed.workers}
         for _ in range(action.count):
-            name = f"{self.job.metadata.name}-{secrets.token_hex(2)}"
+            name = self._fresh_name(taken)
             try:
                 self.workers.start(
                     WorkerLaunch(
@@ -209,6 +210,15 @@ class JobController:
                 log.info("%s: %s", self.job.key, err)  # the job's status says it; no second line on stderr
                 self.run.close(self.run.read(), Closed(JobEnd.WORKER_START_FAILED.value, str(err), time.time()))
                 return
+
+    def _fresh_name(self, taken: set[str]) -> str:
+        """A worker name no worker of this job has now (16 random bits: short for people and pod names, drawn
+        again on a clash rather than left to the API server's 409 or to a local log overwritten)."""
+        while True:
+            name = f"{self.job.metadata.name}-{secrets.token_hex(2)}"
+            if name not in taken:
+                taken.add(name)
+                return name
 
     def _stop_worker(self, action: StopWorker, observed: Observed) -> None:
         if action.departure and action.member and action.round is not None:
