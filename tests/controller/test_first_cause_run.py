@@ -37,6 +37,7 @@ def raising_worker(logs: Path) -> str:
     return raised[0]
 
 
+@pytest.mark.timeout(60 * RUNS)  # each run is a whole job (about 15 s here): beyond the suite's 300 s
 def test_a_python_error_is_blamed_on_the_raising_worker_every_time(cli, tmp_path) -> None:
     named = []
     for run_number in range(RUNS):
