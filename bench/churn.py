@@ -10,7 +10,7 @@ reclaims and returns capacity all the time, and what matters there is the work t
   kill     SIGKILL of one agent and its workers (a node lost without notice)
   return   a fresh agent launched (capacity back)
 
-Events come every 20-90 s, scaled down by `--duration` (so that a short run still has about 8), never
+Events come every 20-90 s, scaled down by `--duration` (so that a short run still has about 6), never
 taking the job below 2 agents; reclaims alternate with and without notice (from a seeded
 start). The victim is drawn by the schedule among the live agents (rank 0's agent
 and the c10d store host included: a real reclaim does not choose). Variants, taking turns (`--blocks`):
@@ -72,7 +72,7 @@ VARIANTS = {v.name: v for v in (SPARES, hot.IN_PLACE, hot.RESTART, C10D)}
 LAUNCHERS = {SPARES.name: hot.LAUNCHERS[hot.IN_PLACE.name]}  # the others: bench/hot.py's, by name
 MIN_AGENTS = 2
 MEAN_GAP = 55.0  # seconds: the middle of 20-90
-REFERENCE_EVENTS = 8  # a run shorter than this many mean gaps has its gaps scaled down to fit about 8
+REFERENCE_EVENTS = 6  # a run shorter than this many mean gaps has its gaps scaled down to fit about 6
 STEADY_STEPS = 5
 POLL = 0.25  # the loop's period: the machine has two cores and the agents need them
 BIN = 0.1  # seconds: the resolution of "below the allowed size"
@@ -92,7 +92,7 @@ class Event:
 
 def schedule(seed: int, block: int, duration: float, agents: int) -> list[Event]:
     """The events of one block: the same for every variant (seeded by seed and block), gaps 20-90 s scaled
-    by min(1, duration / (8 x 55 s)); capacity never below MIN_AGENTS, never above where it started; reclaims
+    by min(1, duration / (6 x 55 s)); capacity never below MIN_AGENTS, never above where it started; reclaims
     alternate with and without notice."""
     rng = random.Random(seed * 1000 + block)
     scale = min(1.0, duration / (REFERENCE_EVENTS * MEAN_GAP))
@@ -237,6 +237,7 @@ class Churn:
     """The live state of one block: its jobs (one, unless one was lost), capacity, agents being reclaimed."""
 
     variant: Variant
+    block: int
     root: Path
     capacity: int
     jobs: list[hot.HotJob] = field(default_factory=list)
@@ -283,7 +284,7 @@ class ChurnBench:
         row = Block(variant.name, block, args.agents, args.duration, events=len(events))
         full = args.agents + (1 if variant is SPARES else 0)
         root = Path(tempfile.mkdtemp(prefix=f"churn-{variant.name}-{block}-", dir=self.root))
-        churn = Churn(variant, root, full)
+        churn = Churn(variant, block, root, full)
         self.current = churn
         try:
             job = self.launch(churn, full)
@@ -344,9 +345,9 @@ class ChurnBench:
             churn.capacity -= 1  # reclaimed whether or not an agent still ran there
         now = time.time()
         churn.timeline.append((now, churn.capacity))
-        churn.events.append({"variant": churn.variant.name, "at": now, "scheduled": round(event.at, 3),
-                             "kind": event.kind, "agent": victim, "job": len(churn.jobs) - 1,
-                             "capacity": churn.capacity})
+        churn.events.append({"variant": churn.variant.name, "block": churn.block, "at": now,
+                             "scheduled": round(event.at, 3), "kind": event.kind, "agent": victim,
+                             "job": len(churn.jobs) - 1, "capacity": churn.capacity})
         common.log(f"{churn.variant.name}: +{now - t0:.1f} s {event.kind} agent{victim} -> {churn.capacity} agents")
 
     def reap(self, churn: Churn) -> None:
