@@ -45,6 +45,7 @@ import collections
 import csv
 import dataclasses
 import itertools
+import os
 import random
 import shutil
 import signal
@@ -135,6 +136,7 @@ class Block:
     charges: int | None = None
     charge_reasons: str = ""
     jobs_lost: int = 0
+    load: float = float("nan")  # the machine's 1-minute load average at the block's end (it is shared)
     note: str = ""
 
     @property
@@ -309,6 +311,7 @@ class ChurnBench:
                     self.launch(churn, churn.capacity)
                 time.sleep(POLL)
             t1 = time.time()
+            row.load = os.getloadavg()[0]
             lines = [Line(j, s) for j, job in enumerate(churn.jobs) for s in job.steps()]
             measure(row, lines, t0, t1, churn.timeline)
             self.charges(row, churn)
@@ -429,9 +432,10 @@ def report(args: argparse.Namespace, rows: list[Block], variants: list[Variant])
             common.Summary.of(r.committed for r in mine).text(0),
             common.Summary.of(r.median_step_s for r in mine).text(3),
             str(sum(r.events for r in mine)),
+            common.Summary.of(r.load for r in mine if r.load == r.load).text(1),  # (NaN: an older CSV)
         ])
     out.append(common.table(["variant", "goodput", "ideal", "goodput / ideal", "below allowed size, s",
-                             "charges", "jobs lost", "committed (full-size steps)", "step, s", "events"],
+                             "charges", "jobs lost", "committed (full-size steps)", "step, s", "events", "load at end"],
                             table_rows))
     notes = [f"{r.variant} block {r.block}: {r.note}" for r in rows if r.note]
     if notes:
