@@ -32,6 +32,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -118,17 +119,24 @@ class HotTail(LogTail):
 
 
 class HotJob(BenchJob):
-    def __init__(self, root: Path, variant: Variant, endpoint: str, nnodes: str, script_args: list[str]) -> None:
-        super().__init__(root, variant.backend, endpoint, nnodes, variant.conf, label="hot")
+    """A job of `examples/train_inplace.py` under one variant's launcher.
+
+    `launcher` defaults to the variant's (by name, LAUNCHERS; stock torchrun otherwise); bench/churn.py passes
+    its own, since its variants (`in-place-spares`) are named differently but launch the same agents.
+    """
+
+    def __init__(self, root: Path, variant: Variant, endpoint: str, nnodes: str, script_args: list[str],
+                 launcher: Sequence[str] | None = None, label: str = "hot") -> None:
+        super().__init__(root, variant.backend, endpoint, nnodes, variant.conf, label=label)
         self.variant = variant
         self.script_args = script_args
+        self.launcher = tuple(launcher or LAUNCHERS.get(variant.name, common.TORCHRUN))
         self.tail_type = HotTail
         self.fired = 0  # incidents so far (in place: incident k waits for step (k + 1) x STEPS_PER_INCIDENT)
 
     def command(self) -> list[str]:
         return torchrun_command(self.endpoint, self.run_id, self.nnodes, self.script_args, conf=self.conf,
-                                backend=self.backend, launcher=LAUNCHERS.get(self.variant.name, common.TORCHRUN),
-                                script=SCRIPT)
+                                backend=self.backend, launcher=self.launcher, script=SCRIPT)
 
     def live(self) -> list[int]:
         return [i for i, agent in enumerate(self.agents) if agent.returncode is None]

@@ -88,3 +88,22 @@ def test_recovery_hot_runs(tmp_path: Path) -> None:
     assert incidents == "1", line[0]
     assert "| worker_crash | 2" in out and "detect" in out, out[-3000:]  # the table and the in-place phases
     assert (tmp_path / "hot_runs.csv").exists()
+
+
+CHURN_RESULT = re.compile(
+    r"^RESULT churn_goodput in_place_spares=(\S+) in_place=(\S+) restart=(\S+) c10d=(\S+) ratio_vs_c10d=(\S+)$", re.M)
+
+
+def test_churn_runs(tmp_path: Path) -> None:
+    out = run_bench("churn.py", "--duration", "12", "--agents", "3", "--variants", "in-place", "--hidden", "64",
+                    "--step-seconds", "0.05", "--start-timeout", "40", "--out", str(tmp_path), timeout=90)
+    line = CHURN_RESULT.search(out)
+    assert line, f"no churn RESULT line in:\n{out[-3000:]}"
+    spares, in_place, restart, c10d, ratio = line.groups()
+    assert float(in_place) > 0 and (spares, restart, c10d, ratio) == ("nan",) * 4, line[0]
+    assert "| in-place " in out and "charges" in out, out[-3000:]  # the table
+    assert (tmp_path / "churn_runs.csv").exists() and (tmp_path / "churn_events.csv").exists()
+    # the rows written as the run went can be reported again
+    again = run_bench("churn.py", "--from-csv", str(tmp_path / "churn_runs.csv"), "--agents", "3",
+                      "--duration", "12", "--variants", "in-place")
+    assert CHURN_RESULT.search(again)[0] == line[0]  # type: ignore[index]
