@@ -114,10 +114,18 @@ class Failure:
 
     @property
     def code(self) -> int | None:
-        """The exit code as Kubernetes and shells report it: Python's -N (killed by signal N) is 128+N."""
-        if self.exit_code is not None and self.exit_code < 0:
-            return SIGNAL_BASE - self.exit_code
-        return self.exit_code
+        """The exit code as Kubernetes and shells report it: Python's -N (killed by signal N) is 128+N.
+
+        One exception: a script that died of an uncaught exception of its own exits 1, but gloo's threads can
+        turn that into an abort at interpreter teardown ("terminate called without an active exception", 134).
+        The script's verdict is the exception's, so it reads as 1, and rules on exit code 1 apply to it.
+        """
+        if self.exit_code is None:
+            return None
+        code = SIGNAL_BASE - self.exit_code if self.exit_code < 0 else self.exit_code
+        if code == SIGABRT_CODE and self.error_line is not None and not _collateral_text(self.error):
+            return 1
+        return code
 
     @property
     def signal_death(self) -> bool:
@@ -129,7 +137,7 @@ class Failure:
             return Evidence.LOST  # inferred from a lease or a silence (a platform's NodeLost with a code is its own)
         if self.reason is not None:
             return Evidence.OWN
-        if self.stopped or self.code == SIGABRT_CODE or _collateral_text(self.error):
+        if self.stopped or _collateral_text(self.error) or self.code == SIGABRT_CODE:
             return Evidence.COLLATERAL
         if self.code is None:
             return Evidence.UNKNOWN

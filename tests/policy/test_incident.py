@@ -182,6 +182,10 @@ def test_a_survivor_is_never_blamed_for_a_silent_member(reports: list[Failure], 
         pytest.param(Failure(1), Evidence.AMBIGUOUS, id="exit 1 with no error text is ambiguous"),
         pytest.param(Failure(134), Evidence.COLLATERAL, id="134 (SIGABRT) is collateral"),
         pytest.param(Failure(-6), Evidence.COLLATERAL, id="-6 from subprocess is SIGABRT: collateral"),
+        pytest.param(Failure(-6, error=VALUE_ERROR + "\nterminate called without an active exception"),
+                     Evidence.OWN, id="a ValueError, then an abort at teardown: its own error"),
+        pytest.param(Failure(-6, error=GLOO_PEER + "\nterminate called without an active exception"),
+                     Evidence.COLLATERAL, id="a closed peer, then an abort at teardown: collateral"),
         pytest.param(Failure(137), Evidence.OWN, id="137 (SIGKILL) is its own"),
         pytest.param(Failure(-15, stopped=True), Evidence.COLLATERAL, id="a stop by its own agent is collateral"),
         pytest.param(Failure(143), Evidence.OWN, id="a SIGTERM from elsewhere is its own"),
@@ -200,6 +204,14 @@ def test_a_failure_is_shown_with_the_line_of_its_own_error() -> None:
     failure = Failure(1, member="w-1", error=VALUE_ERROR + "\n[W1204 ProcessGroupGloo.cpp] warning after the error")
     assert failure.error_line == "ValueError: bad batch at step 5"
     assert failure.describe() == "exit code 1 of worker w-1: ValueError: bad batch at step 5"
+
+
+def test_an_abort_at_teardown_after_a_python_error_reads_as_exit_code_1() -> None:
+    """gloo's threads can abort a Python process that is exiting after an uncaught exception (seen in 1 of 20
+    runs): the rules on exit code 1 must still see the script's verdict."""
+    aborted = Failure(-6, member="w", error=VALUE_ERROR + "\nterminate called without an active exception")
+    assert aborted.code == 1 and aborted.describe() == "exit code 1 of worker w: ValueError: bad batch at step 5"
+    assert Failure(-6, error=GLOO_PEER).code == 134 and Failure(-6).code == 134
 
 
 def test_torch_rank_prefixes_are_not_part_of_the_error_line() -> None:
