@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import datetime
 import ipaddress
+import os
 import shutil
+import signal
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,6 +41,17 @@ def etcd_server() -> Iterator[EtcdServer]:
     """The default etcd for the session (the one `elastic` itself would run)."""
     server = EtcdServer().start()
     yield server
+    server.remove()
+
+
+@pytest.fixture
+def stoppable_etcd_server() -> Iterator[EtcdServer]:
+    """An etcd of the test's own, for tests that stop it (SIGSTOP: an outage), which would stall the session's
+    other tests; resumed and removed at the end."""
+    server = EtcdServer().start()
+    yield server
+    if server.process is not None and server.process.poll() is None:
+        os.kill(server.process.pid, signal.SIGCONT)
     server.remove()
 
 

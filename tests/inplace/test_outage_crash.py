@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import signal
 import time
-from collections.abc import Iterator
 
 import pytest
 from test_inplace_recovery import in_place_job, worker_pid  # noqa: F401 (the fixture)
@@ -19,12 +18,9 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture
-def etcd_server() -> Iterator[EtcdServer]:
-    server = EtcdServer().start()
-    yield server
-    if server.process is not None and server.process.poll() is None:
-        os.kill(server.process.pid, signal.SIGCONT)
-    server.remove()
+def etcd_server(stoppable_etcd_server: EtcdServer) -> EtcdServer:
+    """This module stops its etcd: each test gets one of its own."""
+    return stoppable_etcd_server
 
 
 def test_a_worker_killed_while_etcd_is_away_is_charged_once_etcd_is_back(in_place_job, etcd_server) -> None:  # noqa: F811

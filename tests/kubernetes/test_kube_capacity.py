@@ -12,6 +12,8 @@ import time
 
 from kube_harness import Harness
 
+from harness.agents import wait_until
+
 
 def train_at_two_of_four(h: Harness) -> tuple[list[str], list[str]]:
     """Four pods: two run and seal round 0, two cannot be scheduled (created 900 s ago)."""
@@ -31,21 +33,18 @@ def train_at_two_of_four(h: Harness) -> tuple[list[str], list[str]]:
     return running, waiting
 
 
-def wait_for(condition, timeout: float = 10.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        result = condition()
-        if result:
-            return result
-        time.sleep(0.05)
-    raise AssertionError("condition not met in time")
+def step_until(h: Harness, done, timeout: float = 10.0) -> dict:
+    """Step the controller until its status satisfies `done`; that status."""
+    seen: list[dict] = []
+    assert wait_until(lambda: done(seen.append(h.step()) or seen[-1]), timeout, interval=0.05), seen[-1:]
+    return seen[-1]
 
 
 def test_a_capacity_dip_below_min_waits_free_and_recovers_when_a_node_returns(harness) -> None:
     h = harness(minReplicas=2, maxReplicas=4, replicas=4)
     running, waiting = train_at_two_of_four(h)
     h.fake.set_pod(running[1], "Failed", 137, reason="Evicted")  # a drain or a reclaim takes one running pod
-    status = wait_for(lambda: (s := h.step())["reason"] == "WaitingForCapacity" and s)
+    status = step_until(h, lambda s: s["reason"] == "WaitingForCapacity")
     assert h.controller.run.read().closed is None, "below min after training is never StartupTimeout"
     assert status["phase"] != "Failed" and "1 of minReplicas 2" in status["message"], status
     (condition,) = [c for c in status["conditions"] if c["type"] == "WaitingForCapacity"]
@@ -55,7 +54,7 @@ def test_a_capacity_dip_below_min_waits_free_and_recovers_when_a_node_returns(ha
     # a node returns: the waiting pods are scheduled and run
     for name in waiting:
         h.fake.run_pod(name)
-    status = wait_for(lambda: (s := h.step())["reason"] != "WaitingForCapacity" and s)
+    status = step_until(h, lambda s: s["reason"] != "WaitingForCapacity")
     (condition,) = [c for c in status["conditions"] if c["type"] == "WaitingForCapacity"]
     assert condition["status"] == "False" and h.controller.run.read().closed is None
     assert h.budget()["used"] == 0
@@ -66,7 +65,7 @@ def test_a_wait_for_capacity_ends_after_its_own_timeout(harness) -> None:
     running, _ = train_at_two_of_four(h)
     h.fake.set_pod(running[1], "Failed", 137, reason="Evicted")
     began = time.monotonic()
-    status = wait_for(lambda: (s := h.step())["phase"] == "Failed" and s, timeout=15)
+    status = step_until(h, lambda s: s["phase"] == "Failed", timeout=15)
     assert time.monotonic() - began >= 1.0, "not before the timeout"
     assert status["reason"] == "CapacityTimeout" and "spec.capacityTimeoutSeconds (1 s)" in status["message"]
     assert h.budget()["used"] == 0
@@ -79,7 +78,7 @@ def test_scheduling_gated_pods_are_waiting_not_failed(harness) -> None:
         h.fake.set_pod(name, "Pending", conditions=[{"type": "PodScheduled", "status": "False",
                                                      "reason": "SchedulingGated"}])
     h.fake.set_pod(running[1], "Failed", 137, reason="Evicted")
-    status = wait_for(lambda: (s := h.step())["reason"] == "WaitingForCapacity" and s)
+    status = step_until(h, lambda s: s["reason"] == "WaitingForCapacity")
     (condition,) = [c for c in status["conditions"] if c["type"] == "WaitingForCapacity"]
     assert condition["reason"] == "SchedulingGated", condition
     assert h.controller.run.read().closed is None

@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import signal
 import time
-from collections.abc import Iterator
 
 import pytest
 
@@ -20,12 +19,9 @@ STARTUP = 90
 
 
 @pytest.fixture
-def etcd_server() -> Iterator[EtcdServer]:
-    server = EtcdServer().start()
-    yield server
-    if server.process is not None and server.process.poll() is None:
-        os.kill(server.process.pid, signal.SIGCONT)
-    server.remove()
+def etcd_server(stoppable_etcd_server: EtcdServer) -> EtcdServer:
+    """This module stops its etcd: each test gets one of its own."""
+    return stoppable_etcd_server
 
 
 def _pause(etcd: EtcdServer, seconds: float) -> float:
