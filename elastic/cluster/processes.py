@@ -7,21 +7,33 @@ finds them: only the parent links do.
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import os
 import signal
+from collections.abc import Callable
 from pathlib import Path
 
 PR_SET_PDEATHSIG = 1
 
 
+def _resolve_prctl() -> Callable[..., int] | None:
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):  # not Linux: nothing ties a child to its parent
+        return None
+
+
+# Resolved once, in the parent, on import: `die_with_parent` runs between fork and exec (a `preexec_fn`) in a
+# process with other threads, where loading a library could wait for a lock one of those threads held.
+_PRCTL = _resolve_prctl()
+
+
 def die_with_parent() -> None:
     """Ask the kernel to SIGKILL this process when its parent dies (Linux; run in the child, before it runs
     anything of its own): a worker whose agent was SIGKILLed must not train on unsupervised, writing the
-    checkpoint directory the next agents resume from."""
-    with contextlib.suppress(OSError, AttributeError):  # not Linux: nothing ties the two
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    checkpoint directory the next agents resume from. Only a system call here: no import, no library load."""
+    if _PRCTL is not None:
+        _PRCTL(PR_SET_PDEATHSIG, signal.SIGKILL)
     if os.getppid() == 1:  # the parent died before the call above
         os._exit(1)
 
