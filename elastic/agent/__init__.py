@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -38,7 +39,7 @@ from torch.distributed.elastic.multiprocessing.subprocess_handler.subprocess_han
 from torch.distributed.elastic.rendezvous import RendezvousClosedError
 
 from elastic.cluster.local import exit_recorded
-from elastic.cluster.processes import die_with_parent, process_state
+from elastic.cluster.processes import process_state
 from elastic.policy.hang import CANNOT_RUN, HangSettings, frozen
 from elastic.policy.incident import Failure, first_failure
 from elastic.policy.inplace import HUNG_EXIT
@@ -125,12 +126,18 @@ class ReportingAgent(LocalElasticAgent):
 def workers_die_with_their_agent() -> None:
     """torch starts each worker in a session of its own, so a SIGKILLed agent left it training unsupervised
     (for 41 minutes in one fault campaign, writing the checkpoint directory the next agents resumed from).
-    torch's handler starts the process exactly so, plus the kernel's parent-death signal, set in the child
-    before it runs anything (`die_with_parent`): the agent's death now takes its workers along."""
+    Each worker is started as torch starts it, through util-linux's `setpriv --pdeathsig KILL`, which sets the
+    kernel's parent-death signal and execs the worker (the pid stays): the agent's death takes it along. No
+    Python runs between fork and exec (a `preexec_fn` there deadlocked a child now and then: the agent has
+    gRPC and relay threads). Without `setpriv` the workers start exactly as torch starts them."""
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        log.warning("setpriv not found (util-linux): a SIGKILLed agent's workers are not stopped with it")
+        return
 
     def popen(self: SubprocessHandler, args: tuple, env: dict[str, str]) -> subprocess.Popen:
-        return subprocess.Popen(args=args, env=env, stdout=self._stdout, stderr=self._stderr,
-                                start_new_session=True, preexec_fn=die_with_parent)
+        return subprocess.Popen(args=(setpriv, "--pdeathsig", "KILL", "--", *args), env=env,
+                                stdout=self._stdout, stderr=self._stderr, start_new_session=True)
 
     SubprocessHandler._popen = popen  # type: ignore[method-assign]
 

@@ -23,8 +23,8 @@ def _resolve_prctl() -> Callable[..., int] | None:
         return None
 
 
-# Resolved once, in the parent, on import: `die_with_parent` runs between fork and exec (a `preexec_fn`) in a
-# process with other threads, where loading a library could wait for a lock one of those threads held.
+# Resolved once, in the parent, on import: `die_with_parent` runs in a freshly forked child, where loading a
+# library could wait for a lock that another thread of the parent held at the fork.
 _PRCTL = _resolve_prctl()
 
 
