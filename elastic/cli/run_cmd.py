@@ -7,8 +7,10 @@ import signal
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from elastic.cli import local_etcd
 from elastic.cli.common import (
@@ -32,6 +34,7 @@ from elastic.controller.submit import submit_job
 from elastic.errors import PermanentError
 from elastic.rendezvous.run import JobRun
 from elastic.rendezvous.state import Closed
+from elastic.spec import ElasticJob
 from elastic.store import JobKeys, Store
 
 if TYPE_CHECKING:
@@ -99,8 +102,6 @@ def serve_metrics(args: argparse.Namespace) -> ControllerMetrics | None:
 
 
 def run_job(args: argparse.Namespace) -> int:
-    from elastic.controller.manager import LocalJobRunner  # imports torch: only the verbs that run training
-
     job = load_to_run(args.job_file, args.resume)
     spec, cap = job.spec, process_cap(args)
     too_many = capacity_problem(job, spec.min_replicas, cap)  # a job that fits smaller runs at what fits
@@ -108,7 +109,15 @@ def run_job(args: argparse.Namespace) -> int:
         raise PermanentError(too_many)
     metrics = serve_metrics(args)
     log_dir = args.log_dir or Path(tempfile.mkdtemp(prefix=f"elastic-{job.metadata.name}-"))
-    _stop_on_signals()
+    with _signals_stop_this_command():
+        return _run_job(args, job, cap, metrics, log_dir)
+
+
+def _run_job(
+    args: argparse.Namespace, job: ElasticJob, cap: int, metrics: ControllerMetrics | None, log_dir: Path
+) -> int:
+    from elastic.controller.manager import LocalJobRunner  # imports torch: only the verbs that run training
+
     if args.etcd is None:  # the local etcd, with no TLS or auth of $ELASTIC_ETCD_* meant for another one
         endpoints = _local_etcd()
         store = Store(endpoints)
@@ -169,7 +178,11 @@ def _local_etcd() -> str:
 
 
 def run_controller(args: argparse.Namespace) -> int:
-    _stop_on_signals()
+    with _signals_stop_this_command():
+        return _run_controller(args)
+
+
+def _run_controller(args: argparse.Namespace) -> int:
     store = connect(args)
     metrics = serve_metrics(args)
     if args.backend == "kubernetes":  # ElasticJobs from the API server, one leader among the replicas
@@ -223,7 +236,19 @@ def _give_up_stdout() -> None:
     discard_stdout()
 
 
-def _stop_on_signals() -> None:
+@contextmanager
+def _signals_stop_this_command() -> Iterator[None]:
+    """SIGTERM and a closed stdout stop the command (see `_stop_on_signals`) while it runs; afterwards a caller
+    in the same process (a test, an embedding) has its own handlers back."""
+    previous = _stop_on_signals()
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def _stop_on_signals() -> dict[int, Any]:
     """SIGTERM ends the process like Ctrl-C, so that the job is finished and the workers stopped. So does a
     closed stdout: a write to it raises SIGPIPE, which Python ignores, in whichever thread wrote (the live
     view's, often); handled here, the main thread hears of it at once."""
@@ -235,5 +260,7 @@ def _stop_on_signals() -> None:
         _give_up_stdout()
         raise OutputClosed
 
+    previous = {signal.SIGTERM: signal.getsignal(signal.SIGTERM), signal.SIGPIPE: signal.getsignal(signal.SIGPIPE)}
     signal.signal(signal.SIGTERM, terminate)
     signal.signal(signal.SIGPIPE, output_closed)
+    return previous
