@@ -420,9 +420,9 @@ class KubernetesControllerManager:
         if JOB_FINALIZER not in (meta.get("finalizers") or []):
             return  # done already: the API server removes the object
         entry = self.controllers.pop(job_key, None)
-        job = entry[0].job if entry else None
-        if job is None:
-            job = self._sync(obj, store)
+        # From the object, never `_sync`: a retry of a clean-up whose last write went through unanswered
+        # would put the spec back into etcd, and nothing would remove it once the object is gone.
+        job = entry[0].job if entry else _job_of(obj)
         if job is not None:
             self.leadership.check(store, f"stopping the pods of {job_key}")
             KubernetesWorkers(self.core, job).finish()

@@ -87,6 +87,24 @@ def test_kubectl_delete_stops_the_pods_removes_the_etcd_keys_and_lets_the_object
     assert wait_until(lambda: not fake.pods_of(name, "team-a"), timeout=10), "its pods went with it"
 
 
+def test_a_clean_up_retried_from_a_stale_object_never_writes_the_job_back_into_etcd(fake, manager) -> None:
+    """The finalizer's removal went through but its answer was lost, and the retry read the object from a
+    cache that still had the finalizer; once that retry fails too, the object is gone for good and nothing
+    would remove a key it had written. (Found by the seeded random faults of test_kube_outage.py.)"""
+    controller, store = manager
+    name = f"r-{uuid.uuid4().hex[:6]}"
+    fake.add_job(job_doc(name))
+    pods_until(fake, controller, name, 2)
+    stale = json.loads(json.dumps(fake.jobs[("team-a", name)]))
+    fake.delete_job(name, namespace="team-a")
+    assert wait_until(lambda: controller.step(0.1) and ("team-a", name) not in fake.jobs, timeout=10)
+    stale["metadata"]["deletionTimestamp"] = "2026-12-05T00:00:00Z"
+    fake.faults.append(Fault(500, times=1, verb="list", resource="pods"))  # the retry fails midway
+    with pytest.raises(client.ApiException):
+        controller._clean_up(f"team-a/{name}", stale, controller._acting_as)  # the retry, as the queue runs it
+    assert store.get_prefix(JobKeys("team-a", name).prefix)[0] == [], "no key of the job is left in etcd"
+
+
 def test_a_spec_written_into_etcd_never_chooses_what_a_pod_runs(fake, manager) -> None:
     controller, store = manager
     name = f"s-{uuid.uuid4().hex[:6]}"
