@@ -123,6 +123,12 @@ class JobFollower:
         self.state = advance(self.state, snapshot(self.keys, table.values()), now, event_line)
         self.sink.show(self.state, now)
 
+    def last_change(self) -> int:
+        """The revision of the job's last write. Not etcd's revision: that may be another key's (the
+        controller resigning just before), which this watch never sees, and waiting for it stalls the end."""
+        entries, _ = self.store.get_prefix(self.keys.prefix)
+        return max((entry.mod_revision for entry in entries), default=0)
+
     def finish(self, revision: int) -> None:
         """Stop once every change up to `revision` was shown (the last one of a job that just ended)."""
         self._stop_at = revision
@@ -149,7 +155,7 @@ class Following:
     def close(self, timeout: float = 5.0) -> None:
         """Show what happened up to now (the job's end), then hand the terminal back."""
         try:
-            self.follower.finish(self.follower.store.revision())
+            self.follower.finish(self.follower.last_change())
         except Exception as err:  # etcd is gone: show what was seen
             log.debug("no last revision for the live view: %s", err)
             self.follower.finish(0)
