@@ -12,10 +12,13 @@ from elastic.controller.inspect import JobReport, failed_worker_log, find_job, l
 from elastic.controller.status import parse_timestamp
 from elastic.errors import PermanentError
 from elastic.spec import ElasticJob
-from elastic.store import JobKeys, Store
+from elastic.store import JobKeys, PrefixWatch, Store
 from elastic.store.keys import controller_leader_key
 
 ROOT_CAUSE_LINES = 10
+# How long submit and scale wait for a leader before warning that none runs: a controller started a moment
+# before (`elastic controller &` then `elastic submit`) wins its election within about a second.
+ELECTION_WAIT_SECONDS = 3.0
 
 
 def root_cause_lines(report: JobReport, lines: int = ROOT_CAUSE_LINES, include_restarts: bool = False) -> list[str]:
@@ -58,10 +61,19 @@ def age(status: dict[str, Any], now: float | None = None) -> str:
     return f"{seconds}s"
 
 
-def controller_leading(store: Store) -> dict[str, Any] | None:
+def controller_leading(store: Store, wait: float = 0.0) -> dict[str, Any] | None:
     """What the leader key (the local controllers' heartbeat: it lives on the leader's 5 s lease) says about
-    the acting controller; None when no controller runs against this etcd."""
-    entry = store.get(controller_leader_key())
+    the acting controller; None when no controller runs against this etcd, or none won within `wait` s."""
+    key = controller_leader_key()
+    entries, revision = store.get_prefix(key)
+    entry = next((e for e in entries if e.key == key), None)
+    if entry is None and wait > 0:
+        deadline = time.monotonic() + wait
+        with PrefixWatch(store, key, start_revision=revision + 1) as watch:
+            while entry is None and (left := deadline - time.monotonic()) > 0:
+                event = watch.get(timeout=left)
+                if event is not None and event.key == key and event.kind == "put":
+                    entry = store.get(key)
     if entry is None:
         return None
     holder, info = leader_holder(entry.key, entry.value)
@@ -71,7 +83,7 @@ def controller_leading(store: Store) -> dict[str, Any] | None:
 def warn_without_controller(store: Store, endpoints: str, what: str, keys: JobKeys | None = None) -> None:
     """One `warning:` line when nothing will act on a job, or only an `elastic run` busy with another one
     (`keys`: the job; when it has live agents or workers under an acting `elastic run`, that run is its)."""
-    leader = controller_leading(store)
+    leader = controller_leading(store, wait=ELECTION_WAIT_SECONDS)
     if leader is not None and leader.get("role") == "run" and keys is not None and live_parts(store, keys):
         return
     if leader is None:

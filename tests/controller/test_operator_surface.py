@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -183,6 +184,23 @@ def test_submit_and_scale_hint_when_no_controller_runs(store, etcd_server, tmp_p
         assert main(["scale", "hint", "1", "--etcd", etcd_server.client_url]) == 0
         assert capsys.readouterr().err == ""
     finally:
+        controller.resign()
+
+
+def test_submit_right_after_a_controller_starts_waits_for_its_election_instead_of_warning(
+    store, etcd_server, tmp_path, capsys
+) -> None:
+    """`elastic controller &` then `elastic submit`: the controller wins its election a moment later."""
+    path = tmp_path / "soon.yaml"
+    path.write_text(yaml.safe_dump(spec("soon")))
+    controller = Election(store)
+    elected = threading.Timer(0.5, controller.lead)
+    elected.start()
+    try:
+        assert main(["submit", str(path), "--etcd", etcd_server.client_url]) == 0
+        assert "warning" not in capsys.readouterr().err
+    finally:
+        elected.join()
         controller.resign()
 
 
