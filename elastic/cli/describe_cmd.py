@@ -69,6 +69,8 @@ def describe(report: JobReport, leader: dict[str, Any] | None = None) -> list[st
         "Status:",
         f"  Round:       {status.get('round', '-')} (world size {status.get('worldSize', '-')})",
         f"  Replicas:    {status.get('replicasText', '-')} (active/desired)",
+        *([f"  Spares:      {spares.get('ready', 0)}/{spares.get('wanted', 0)} (ready/wanted)"]
+          if (spares := status.get("spares") or {}) else []),
         f"  Restarts:    {status.get('restartsText', '-')} (used/max)",
         "  Progress:    " + (f"step {progress['step']}, loss {progress.get('loss', float('nan')):.4f}"
                              if "step" in progress else "-"),

@@ -31,6 +31,7 @@ class JobSample:
     members: int = 0  # live members (agents holding a lease)
     desired: int = 0
     active: int = 0
+    spares: int = 0  # warm spares ready beyond the desired size
     restarts_used: int = 0
     restarts_max: int = 0
     charge_reasons: tuple[str, ...] = ()  # reasons of the budget's charges, oldest first
@@ -72,6 +73,7 @@ def sample_of(run_id: str, state: JobState, status: dict[str, Any]) -> JobSample
         members=len(state.members),
         desired=int(replicas.get("desired", 0)),
         active=int(replicas.get("active", 0)),
+        spares=int(status.get("spares", {}).get("ready", 0)),
         restarts_used=int(restarts.get("used", 0)),
         restarts_max=int(restarts.get("max", 0)),
         charge_reasons=tuple(c.reason for c in budget.charges) if budget else (),

@@ -60,6 +60,8 @@ class ControllerMetrics:
                                 registry=r)  # fmt: skip
         self.replicas_desired = Gauge("elastic_replicas_desired", "Workers wanted (replicas, clamped)", JOB, registry=r)
         self.replicas_active = Gauge("elastic_replicas_active", "Workers running (ready)", JOB, registry=r)
+        self.spares_ready = Gauge("elastic_spares_ready", "Warm spares ready beyond the desired workers "
+                                  "(spec.spares; not counted as active)", JOB, registry=r)  # fmt: skip
         for phase in (RENDEZVOUS, FIRST_STEP):  # both series exist from the start, empty
             self.recovery.labels(phase=phase)
         for phase in CONDITION_TYPES:
@@ -88,6 +90,7 @@ class ControllerMetrics:
         self.world_size.labels(**labels).set(sample.world_size)
         self.replicas_desired.labels(**labels).set(sample.desired)
         self.replicas_active.labels(**labels).set(sample.active)
+        self.spares_ready.labels(**labels).set(sample.spares)
         if sample.phase:
             self._phases[key] = sample.phase
             for phase in CONDITION_TYPES:

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from prometheus_client import generate_latest
 
 from elastic.controller.metrics import FIRST_STEP, RENDEZVOUS, JobSample, Seen, advance
+from elastic.controller.metrics_export import ControllerMetrics
+from elastic.rendezvous.state import JobState
 
 RUN = "run-1"
 
@@ -64,3 +67,12 @@ def walk(samples: list[tuple[JobSample, float]]) -> tuple[int, list[str], list[t
 )  # fmt: skip
 def test_advance(samples, rounds, charges, recovery) -> None:
     assert walk(samples) == (rounds, charges, recovery)
+
+
+def test_the_spares_ready_are_a_gauge_of_their_own_and_not_active_workers() -> None:
+    metrics = ControllerMetrics()
+    status = {"phase": "Running", "replicas": {"desired": 2, "active": 2}, "spares": {"wanted": 1, "ready": 1}}
+    metrics.record("default", "spare", RUN, JobState(), status)
+    scrape = generate_latest(metrics.registry).decode()
+    assert 'elastic_spares_ready{job_name="spare",job_namespace="default"} 1.0' in scrape, scrape
+    assert 'elastic_replicas_active{job_name="spare",job_namespace="default"} 2.0' in scrape, scrape

@@ -303,3 +303,10 @@ def test_delete_under_a_leader_that_does_not_finish_in_time_says_who_will(role, 
         assert store.get("/elastic/jobs/default/slow/spec") is not None, "kept for the controller to finish"
     finally:
         leader.resign()
+
+
+def test_describe_shows_the_spares_ready_beside_those_wanted(store, etcd_server, capsys) -> None:
+    job = submit_job(store, parse_job({**spec("spare"), "spec": {**spec("spare")["spec"], "spares": 1}}))
+    store.put_json(JobKeys("default", "spare").status, {"phase": "Running", "spares": {"wanted": 1, "ready": 0}})
+    assert main(["describe", job.metadata.name, "--etcd", etcd_server.client_url]) == 0
+    assert "  Spares:      0/1 (ready/wanted)" in capsys.readouterr().out
