@@ -90,9 +90,16 @@ def in_place_job(etcd_server: EtcdServer, tmp_path: Path, request: pytest.Fixtur
         job.stop()
 
 
-def assert_consistent(job: InPlaceJob, total: int, ranks: int) -> None:
-    """Every step committed once, in order; every rank ends with the same state, `applied` == steps."""
-    assert job.steps() == list(range(total)), job.logs()
+def assert_consistent(job: InPlaceJob, total: int, ranks: int, printer_killed: bool = False) -> None:
+    """Every step committed once, in order; every rank ends with the same state, `applied` == steps.
+
+    `printer_killed`: rank 0 (which prints the step lines) was SIGKILLed, possibly between committing a step
+    and printing it; that one line may be missing, never repeated. `applied` still counts every step."""
+    steps = job.steps()
+    if printer_killed:
+        assert steps == sorted(set(steps)) and len(steps) >= total - 1 and steps[-1] == total - 1, job.logs()
+    else:
+        assert steps == list(range(total)), job.logs()
     done = job.done()
     assert len(done) == ranks, job.logs()
     assert {(step, applied) for step, applied, _, _ in done} == {(total, total)}, job.logs()
@@ -136,7 +143,7 @@ def test_rank_0_killed_among_two_workers_per_node_gets_the_state_from_rank_1(in_
     os.kill(rank0, signal.SIGKILL)
     job.wait_finished()
 
-    assert_consistent(job, total, ranks=4)
+    assert_consistent(job, total, ranks=4, printer_killed=True)
     kept = {pid for *_, pid in job.done()} & before
     assert kept and rank0 not in kept, "survivors keep their processes"
     # A survivor whose collective waited on a peer that left it (not on the dead one: gloo's ring) gives it up
