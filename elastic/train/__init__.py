@@ -19,6 +19,7 @@ import os
 
 os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "true")
 
+from elastic.train.sampler import ElasticSampler
 from elastic.train.session import Session
 
-__all__ = ["Session"]
+__all__ = ["ElasticSampler", "Session"]

@@ -20,7 +20,7 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
@@ -33,7 +33,9 @@ from elastic.policy.hang import HangSettings, Verdict, abandon_after, step_deadl
 from elastic.policy.state_source import transfer_plan
 from elastic.train.context import ABANDONED_EXIT, HUNG_EXIT, Heartbeat, Marker, WorkerContext
 from elastic.train.progress import ProgressReporter
+from elastic.train.rng import rng_states, set_rng_states
 from elastic.train.rounds import Assignment, RoundFollower, round_over
+from elastic.train.sampler import ElasticSampler
 from elastic.train.transfer import exchange_reports, load, move_state
 
 # What a collective failing as a peer dies (or its round's store going away) raises.
@@ -57,23 +59,44 @@ class Recovery:
 class Session:
     """Owns the default process group of a training loop; see the module docstring.
 
-    `state_dict()` / `load_state_dict(d)`: the job's state (model, optimizer, anything else with tensors
-    and plain values) as a dict, as for a checkpoint. `step`: the committed step this process starts from
-    (a loaded checkpoint's); the group adopts the newest one.
+    The job's state, which a replacement or newcomer receives from a live peer and a checkpoint keeps
+    (`session.state_dict()`), is everything registered with the session:
+
+    - `state`: named objects with `state_dict()`/`load_state_dict()` (model, optimizer, LR scheduler,
+      gradient scaler, an `ElasticSampler`, ...) or tensors (counters; loaded in place);
+    - `state_dict()` / `load_state_dict(d)`: callables for anything else (a dict of tensors and plain values);
+    - `rng` (default on): the random number generators' states (torch, CUDA where initialised, Python's
+      `random`, NumPy's global one where imported), so a replacement draws what the rank it got the state
+      from would have drawn.
+
+    `step`: the committed step this process starts from (a loaded checkpoint's, or set by
+    `load_state_dict`); the group adopts the newest one.
     """
 
     def __init__(
         self,
-        state_dict: Callable[[], dict[str, Any]],
-        load_state_dict: Callable[[dict[str, Any]], None],
+        state_dict: Callable[[], dict[str, Any]] | None = None,
+        load_state_dict: Callable[[dict[str, Any]], None] | None = None,
         *,
+        state: Mapping[str, Any] | None = None,
+        rng: bool = True,
         step: int = 0,
         timeout: timedelta = timedelta(seconds=60),
         join_timeout: float = 900.0,
         context: WorkerContext | None = None,
     ) -> None:
+        if (state_dict is None) != (load_state_dict is None):
+            raise TypeError("Session: state_dict and load_state_dict go together (one saves what the other loads)")
         self._state_dict = state_dict
         self._load_state_dict = load_state_dict
+        self._objects = dict(state or {})
+        for name, obj in self._objects.items():
+            stateful = hasattr(obj, "state_dict") and hasattr(obj, "load_state_dict")
+            if not (isinstance(obj, torch.Tensor) or stateful):
+                raise TypeError(f"Session: state[{name!r}] is a {type(obj).__name__}, which has no state_dict() and "
+                                "load_state_dict(): register a model, optimizer, scheduler, sampler or tensor, or "
+                                "pass it through the state_dict/load_state_dict callables")
+        self._rng = rng
         self.step = step
         self.timeout = timeout
         self.join_timeout = join_timeout
@@ -181,6 +204,9 @@ class Session:
         now = time.monotonic()
         self._step_seconds.append(now - self._activity[1])
         self.step += 1
+        for obj in self._objects.values():
+            if isinstance(obj, ElasticSampler):
+                obj.advance(self.world_size)
         self._activity = ("step", now)
         if self.rank == 0:
             self._loss = loss if loss is not None else self._loss
@@ -243,10 +269,42 @@ class Session:
         received = self._exchange_state()
         self._apply(received)
 
+    def state_dict(self) -> dict[str, Any]:
+        """The job's state as a replacement receives it and a checkpoint keeps it: the committed step, every
+        registered object, the callables' dict and the RNG states."""
+        saved: dict[str, Any] = {"step": self.step}
+        if self._objects:
+            saved["objects"] = {name: obj if isinstance(obj, torch.Tensor) else obj.state_dict()
+                                for name, obj in self._objects.items()}
+        if self._state_dict is not None:
+            saved["state"] = self._state_dict()
+        if self._rng:
+            saved["rng"] = rng_states()
+        return saved
+
+    def load_state_dict(self, saved: dict[str, Any]) -> None:
+        """Load what `state_dict()` gave (a peer's or a checkpoint's), the step included."""
+        objects = saved.get("objects", {})
+        missing = sorted(set(self._objects) - set(objects))
+        if missing:
+            raise KeyError(f"Session: the saved state has no {', '.join(missing)} (it has: "
+                           f"{', '.join(sorted(objects)) or 'no registered objects'}); register the same names "
+                           "as the run that saved it")
+        for name, obj in self._objects.items():
+            if isinstance(obj, torch.Tensor):
+                obj.copy_(objects[name])
+            else:
+                obj.load_state_dict(objects[name])
+        if self._load_state_dict is not None:
+            self._load_state_dict(saved["state"])
+        if self._rng and "rng" in saved:
+            set_rng_states(saved["rng"])
+        self.step = int(saved["step"])
+
     def _exchange_state(self) -> tuple[int, bytes] | None:
         reports = exchange_reports(self.step, self._holds_state, self.world_size)
         plan = transfer_plan(reports)
-        state = {"step": self.step, "state": self._state_dict()} if self.rank == plan.source else None
+        state = self.state_dict() if self.rank == plan.source else None
         data = move_state(plan, self.rank, self.world_size, state)
         return (plan.source, data) if data is not None else None
 
@@ -254,9 +312,7 @@ class Session:
         """Load what a peer sent (outside any collective: a bad state dict is the script's own error)."""
         self._holds_state = True
         if received is not None:
-            state = load(received[1])
-            self._load_state_dict(state["state"])
-            self.step = int(state["step"])
+            self.load_state_dict(load(received[1]))
 
     def _form_group(self, found: Assignment) -> tuple[float, tuple[int, bytes] | None]:
         """A gloo group on the round's store prefix, then the state handover: (when the group formed, what
