@@ -3,16 +3,23 @@
 Run under `elastic agent --recovery=in-place` (or a spec with `recovery: InPlace`) a worker crash, a lost
 node or a new node costs about a second: survivors keep their processes and their state, a replacement is
 a fork of a warm process and receives the state from a survivor. Under stock torchrun it trains the same
-way, with torchrun's restarts. The training loop with `elastic.train.Session`:
+way, with torchrun's restarts. The training loop with `elastic.train.Session` and `ElasticSampler`:
 
-    with Session(state_dict, load_state_dict, step=resumed_step) as session:
+    sampler = ElasticSampler(len(dataset), batch_size, seed=seed)
+    session = Session(state={"model": model, "optimizer": optimizer, "sampler": sampler})
+    with session:
         for step in session.steps(args.steps):
-            loss = loss_of(model, batch(step, session.rank))
+            ids = sampler.indices(session.rank, session.world_size)
+            loss = loss_of(model, ids, sampler.step_samples(session.world_size), session.world_size)
             loss.backward()
             if session.allreduce_gradients(model):  # False: the group changed, redo this step
                 optimizer.step()
-                session.commit(loss.item())
+                session.commit(loss.item())           # the sampler moves on with the step
             optimizer.zero_grad()
+
+The session hands the model, the optimizer, the sampler's position and the RNG states to a replacement,
+and `session.state_dict()` is the checkpoint: whatever the world sizes, every sample of an epoch is read
+once, by one rank, in the committed steps.
 
 Printed (a stable format, parsed by tests and bench/): each process prints `started rank=<r> world_size=<w>
 resumed_from=<step>` once; rank 0 prints `step=<n> loss=<f> world_size=<w> restart=<round> time=<unix>` per
@@ -20,7 +27,9 @@ step (and with `--checkpoint-dir` saves every `--checkpoint-every` steps, which 
 start: the restart modes resume from it; in place the state comes from a live peer); every rank prints
 `recovered round=<r> rank=<k> world_size=<w> wait_round=<s> process_group=<s> state_transfer=<s> bytes=<n>
 source=<rank> pid=<pid> time=<unix>` after each change, and `done step=<n> applied=<n> checksum=<f> pid=<pid>`
-at the end; `--crash-at-step` prints `crashing rank=<r> step=<n> pid=<pid> time=<unix>` as it exits.
+at the end; `--crash-at-step` prints `crashing rank=<r> step=<n> pid=<pid> time=<unix>` as it exits;
+`--log-samples` makes every rank print `reads step=<n> round=<r> epoch=<e> rank=<k> world_size=<w>
+ids=<i,j,...>` before each attempt of a step (an attempt the group drops is read again in the next round).
 """
 
 from __future__ import annotations
@@ -34,9 +43,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from elastic.train import Session
+from elastic.train import ElasticSampler, Session
 
-INPUT_DIM, NUM_CLASSES, BATCH_SIZE = 16, 4, 32
+INPUT_DIM, NUM_CLASSES = 16, 4
 
 
 def parse_args() -> argparse.Namespace:
@@ -49,14 +58,36 @@ def parse_args() -> argparse.Namespace:
                         "(relative: in $ELASTIC_CHECKPOINT_DIR or --checkpoint-dir when set)")
     parser.add_argument("--checkpoint-dir", type=Path, help="rank 0 saves here; every process loads it at start")
     parser.add_argument("--checkpoint-every", type=int, default=20, help="steps between saves (default 20)")
+    parser.add_argument("--dataset-size", type=int, default=2048, help="samples in the (synthetic) dataset")
+    parser.add_argument("--batch-size", type=int, default=32, help="samples per rank per step")
+    parser.add_argument("--seed", type=int, default=0, help="the model's initial weights, the data and its order")
+    parser.add_argument("--dtype", choices=("float32", "float64"), default="float32",
+                        help="the model's and data's type (float64: runs compare to the last bits)")
+    parser.add_argument("--log-samples", action="store_true", help="every rank prints the ids it reads per step")
+    parser.add_argument("--save-final", type=Path, help="rank 0 saves the final model's state_dict here")
     return parser.parse_args()
 
 
-def batch(step: int, rank: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Deterministic data per (step, rank): no sampler state to hand over when the world changes."""
-    generator = torch.Generator().manual_seed(step * 100_003 + rank)
-    x = torch.randn(BATCH_SIZE, INPUT_DIM, generator=generator)
-    return x, (x[:, :NUM_CLASSES].argmax(dim=1))
+def dataset(size: int, seed: int, dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, torch.Tensor]:
+    """A synthetic dataset of `size` distinct samples (inputs, labels), the same in every process."""
+    x = torch.randn(size, INPUT_DIM, generator=torch.Generator().manual_seed(seed))
+    return x.to(dtype), x[:, :NUM_CLASSES].argmax(dim=1)
+
+
+def build_model(hidden: int, seed: int, dtype: torch.dtype = torch.float32) -> nn.Module:
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Linear(INPUT_DIM, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(),
+                         nn.Linear(hidden, NUM_CLASSES)).to(dtype)
+
+
+def loss_of(model: nn.Module, data: tuple[torch.Tensor, torch.Tensor], ids: list[int], step_samples: int,
+            world_size: int) -> torch.Tensor:
+    """This rank's share of the step's mean loss: its samples' summed loss x world_size / the job's samples,
+    which the gradient average (a sum / world_size) turns into the mean over every sample of the step, even
+    when the ranks read unequal parts (an epoch's last step; a rank may read none)."""
+    x, y = data
+    index = torch.tensor(ids, dtype=torch.int64)
+    return nn.functional.cross_entropy(model(x[index]), y[index], reduction="sum") * (world_size / step_samples)
 
 
 def maybe_crash(args: argparse.Namespace, step: int, rank: int) -> None:
@@ -80,39 +111,31 @@ def checkpoint_path(args: argparse.Namespace) -> Path | None:
     return args.checkpoint_dir / "checkpoint.pt" if args.checkpoint_dir else None
 
 
-def save_checkpoint(path: Path, step: int, state: dict[str, Any]) -> None:
+def save_checkpoint(path: Path, state: dict[str, Any]) -> None:
     """Atomically: a process that starts while rank 0 writes reads the previous checkpoint, never half of one."""
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(f".{path.name}.{os.getpid()}")
-    torch.save({"step": step, "state": state}, partial)
+    torch.save(state, partial)
     os.replace(partial, path)
 
 
 def main() -> None:
     args = parse_args()
-    torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(INPUT_DIM, args.hidden), nn.ReLU(), nn.Linear(args.hidden, args.hidden),
-                          nn.ReLU(), nn.Linear(args.hidden, NUM_CLASSES))
+    dtype = getattr(torch, args.dtype)
+    data = dataset(args.dataset_size, args.seed, dtype)
+    model = build_model(args.hidden, args.seed, dtype)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    sampler = ElasticSampler(args.dataset_size, args.batch_size, seed=args.seed)
     applied = torch.zeros((), dtype=torch.int64)  # steps applied to this state: must equal the step count
+    session = Session(state={"model": model, "optimizer": optimizer, "sampler": sampler, "applied": applied})
 
-    def state_dict() -> dict[str, Any]:
-        return {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "applied": applied}
-
-    def load_state_dict(state: dict[str, Any]) -> None:
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        applied.copy_(state["applied"])
-
-    path, resumed_step = checkpoint_path(args), 0
+    path = checkpoint_path(args)
     if path is not None and path.exists():
-        saved = torch.load(path, weights_only=True)
-        load_state_dict(saved["state"])
-        resumed_step = int(saved["step"])
+        session.load_state_dict(torch.load(path, weights_only=True))
     print(f"started rank={os.environ.get('RANK', 0)} world_size={os.environ.get('WORLD_SIZE', 1)} "
-          f"resumed_from={resumed_step}", flush=True)
+          f"resumed_from={session.step}", flush=True)
 
-    with Session(state_dict, load_state_dict, step=resumed_step) as session:
+    with session:
         reported_round = None
         for step in session.steps(args.steps):
             if session.in_place and session.round != reported_round:
@@ -122,8 +145,11 @@ def main() -> None:
                       f"state_transfer={r.state_transfer:.4f} bytes={r.received_bytes} source={r.source} "
                       f"pid={os.getpid()} time={time.time():.3f}", flush=True)
             maybe_crash(args, step, session.rank)
-            x, y = batch(step, session.rank)
-            loss = nn.functional.cross_entropy(model(x), y)
+            ids = sampler.indices(session.rank, session.world_size)
+            if args.log_samples:
+                print(f"reads step={step} round={session.round} epoch={sampler.epoch} rank={session.rank} "
+                      f"world_size={session.world_size} ids={','.join(map(str, ids))}", flush=True)
+            loss = loss_of(model, data, ids, sampler.step_samples(session.world_size), session.world_size)
             loss.backward()
             time.sleep(args.step_seconds)
             if session.allreduce_gradients(model):
@@ -134,11 +160,13 @@ def main() -> None:
                     print(f"step={step} loss={loss.item():.4f} world_size={session.world_size} "
                           f"restart={session.round} time={time.time():.3f}", flush=True)
                     if path is not None and session.step % args.checkpoint_every == 0:
-                        save_checkpoint(path, session.step, state_dict())
+                        save_checkpoint(path, session.state_dict())
             optimizer.zero_grad()
         checksum = sum(float(p.detach().double().sum()) for p in model.parameters())
         print(f"done step={session.step} applied={int(applied)} checksum={checksum:.6f} pid={os.getpid()}",
               flush=True)
+        if args.save_final is not None and session.rank == 0:
+            torch.save(model.state_dict(), args.save_final)
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from elastic.policy.sharding import Position, advance, epoch_order, rank_span
+from elastic.policy.sharding import Position, advance, epoch_order, rank_span, step_size
 
 
 class ElasticSampler:
@@ -50,6 +50,12 @@ class ElasticSampler:
         """The dataset indices `rank` reads at the next step in a world of `world_size`."""
         start, stop = rank_span(self.length, self.position, world_size, self.batch_size, rank)
         return self._epoch_order()[start:stop]
+
+    def step_samples(self, world_size: int) -> int:
+        """Samples the whole job reads at the next step in a world of `world_size`: what a loss summed over a
+        rank's samples is divided by (times the world size, which the gradient average divides by again), so
+        the step's gradient is the mean over the job's samples even when the ranks read unequal parts."""
+        return step_size(self.length, self.position, world_size, self.batch_size)
 
     def advance(self, world_size: int) -> None:
         """A step at `world_size` was committed (the session calls this from `commit`)."""
