@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
+from elastic.policy.incident import RoundEnd
+
 
 @dataclass(frozen=True)
 class Charge:
@@ -47,10 +49,22 @@ class Budget:
 
 
 def charge(budget: Budget, incident: Charge) -> Budget:
-    """The budget after one incident. Charging the same round twice changes nothing."""
-    if budget.charged_for(incident.round):
-        return budget
+    """The budget after one incident. Charging the same round twice costs nothing more; the charge kept is the
+    first, unless the later one amends it (`amends`)."""
+    for index, existing in enumerate(budget.charges):
+        if existing.round == incident.round:
+            if not amends(incident, existing):
+                return budget
+            return replace(budget, charges=(*budget.charges[:index], incident, *budget.charges[index + 1:]))
     return replace(budget, used=budget.used + 1, charges=(*budget.charges, incident))
+
+
+def amends(later: Charge, first: Charge) -> bool:
+    """A member charged as lost, whose lease lapsed while etcd was away, names the cause itself once etcd is
+    back: its worker's failure (exit code, error) is what ended the round, the lost lease only how the others
+    heard of it. Its own report replaces the loss in the same charge (docs/design.md §3.11)."""
+    return (first.reason == RoundEnd.MEMBER_LOST.value and later.reason == RoundEnd.WORKER_FAILURE.value
+            and first.member is not None and later.member == first.member)
 
 
 def exhausted_message(budget: Budget) -> str:

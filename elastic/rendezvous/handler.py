@@ -334,15 +334,18 @@ class EtcdV3RendezvousHandler(RendezvousHandler):
 
     def _cost_of_unreported_failure(self, state: JobState, number: int) -> None:
         """Our workers failed in round `number`, which someone else ended first. A permanent failure still
-        closes the job; and a crash in a round an etcd outage ended (for free) is still charged, once: the
-        outage is free, the crash is not (docs/design.md §3.11)."""
+        closes the job; a crash in a round an etcd outage ended (for free) is still charged, once: the
+        outage is free, the crash is not; and where our lease lapsed in that outage and a peer charged us as
+        lost, our report amends that charge with the real cause (docs/design.md §3.11)."""
         if self._worker_failure is None:
             return
         incident = self.run.incident(state, RoundEnd.WORKER_FAILURE, self._worker_failure)
         after = state.round
-        ended_by_outage = (after is not None and after.number == number + 1
-                           and after.opened_by == RoundEnd.STORE_UNAVAILABLE)
-        if incident.action is Action.FAIL_JOB or ended_by_outage:
+        ended_by = after.opened_by if after is not None and after.number == number + 1 else None
+        charged_as_lost = state.budget is not None and any(
+            c.round == number and c.reason == RoundEnd.MEMBER_LOST.value and c.member == self.member_id
+            for c in state.budget.charges)
+        if incident.action is Action.FAIL_JOB or ended_by == RoundEnd.STORE_UNAVAILABLE or charged_as_lost:
             self.run.cost_after_end(state, number, incident)
 
     def _incident(self, state: JobState, change: Change | None) -> Incident | None:

@@ -149,6 +149,27 @@ BUDGET_CASES = [
     ("a zero budget is exceeded by the first incident", Budget(0), Charge(3, "MemberLost", "z"), 1, True),
 ]
 
+LOST_A = Charge(4, "MemberLost", "NodeLost of worker a", member="a")
+AMEND_CASES = [
+    ("the lost member's own crash report amends its loss", LOST_A,
+     Charge(4, "WorkerFailure", "exit code 137 of worker a", 137, "a"), True),
+    ("another member's report keeps the loss", LOST_A, Charge(4, "WorkerFailure", "exit 1 of b", 1, "b"), False),
+    ("a report of another round is a charge of its own", LOST_A, Charge(5, "WorkerFailure", "x", 1, "a"), None),
+    ("a worker failure already charged is kept", Charge(4, "WorkerFailure", "exit 1 of a", 1, "a"),
+     Charge(4, "WorkerFailure", "exit 137 of a", 137, "a"), False),
+    ("a loss naming nobody is kept", Charge(4, "MemberLost", "lost"), Charge(4, "WorkerFailure", "x", 1, "a"), False),
+]
+
+
+@pytest.mark.parametrize(("first", "later", "replaced"), [c[1:] for c in AMEND_CASES], ids=[c[0] for c in AMEND_CASES])
+def test_a_charge_of_the_same_round_amends_a_loss_only_with_the_lost_members_own_report(first, later, replaced) -> None:
+    after = charge(charge(Budget(3), first), later)
+    if replaced is None:
+        assert after.used == 2 and after.charges == (first, later)
+    else:
+        assert after.used == 1, "one incident, one charge, whoever names it"
+        assert after.charges == ((later,) if replaced else (first,))
+
 
 @pytest.mark.parametrize(("budget", "incident", "used", "exceeded"), [c[1:] for c in BUDGET_CASES],
                          ids=[c[0] for c in BUDGET_CASES])
