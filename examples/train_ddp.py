@@ -330,7 +330,12 @@ def main(argv: list[str] | None = None) -> None:
         dist.destroy_process_group()
     if env.rank != 0 and args.linger_seconds > 0:
         time.sleep(args.linger_seconds)  # a straggler (evaluation, upload) after the chief is done
-    sys.exit(0)
+    # Training is done and saved: leave without the interpreter's own teardown, where gloo's background
+    # threads now and then abort the process ('terminate called without an active exception', SIGABRT)
+    # after a clean finish, which torchrun counts as a failure and restarts (seen in CI on torch 2.13).
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":
