@@ -31,12 +31,14 @@ def rng_states() -> dict[str, Any]:
 
 def set_rng_states(states: dict[str, Any]) -> None:
     """Take a peer's states; a generator this process lacks (no CUDA, no NumPy, another GPU count) keeps its own."""
-    torch.set_rng_state(states["torch"])
+    # A copy of its own: a received state is a view into the handover's buffer, and torch 2.13's
+    # set_rng_state reads a view with a storage offset wrongly (a segmentation fault here).
+    torch.set_rng_state(states["torch"].clone())
     version, internal, gauss = states["python"]
     random.setstate((version, tuple(internal), gauss))
     cuda = states.get("cuda")
     if cuda is not None and torch.cuda.is_available() and len(cuda) == torch.cuda.device_count():
-        torch.cuda.set_rng_state_all(cuda)
+        torch.cuda.set_rng_state_all([state.clone() for state in cuda])
     numpy = sys.modules.get("numpy")
     saved = states.get("numpy")
     if numpy is not None and saved is not None:

@@ -36,7 +36,7 @@ from elastic.train.progress import ProgressReporter
 from elastic.train.rng import rng_states, set_rng_states
 from elastic.train.rounds import Assignment, RoundFollower, round_over
 from elastic.train.sampler import ElasticSampler
-from elastic.train.transfer import exchange_reports, load, move_state
+from elastic.train.transfer import Received, exchange_reports, move_state
 
 # What a collective failing as a peer dies (or its round's store going away) raises.
 COMMUNICATION_ERRORS = (RuntimeError, dist.DistError)
@@ -260,7 +260,7 @@ class Session:
         done = time.monotonic()
         self.last_recovery = Recovery(
             round=found.round, wait_round=joined_at - started, process_group=grouped_at - joined_at,
-            state_transfer=done - grouped_at, received_bytes=len(received[1]) if received else 0,
+            state_transfer=done - grouped_at, received_bytes=received[1].nbytes if received else 0,
             source=received[0] if received else self.rank,
         )
         self._activity = ("step", done)
@@ -301,20 +301,20 @@ class Session:
             set_rng_states(saved["rng"])
         self.step = int(saved["step"])
 
-    def _exchange_state(self) -> tuple[int, bytes] | None:
+    def _exchange_state(self) -> tuple[int, Received] | None:
         reports = exchange_reports(self.step, self._holds_state, self.world_size)
         plan = transfer_plan(reports)
         state = self.state_dict() if self.rank == plan.source else None
         data = move_state(plan, self.rank, self.world_size, state)
         return (plan.source, data) if data is not None else None
 
-    def _apply(self, received: tuple[int, bytes] | None) -> None:
+    def _apply(self, received: tuple[int, Received] | None) -> None:
         """Load what a peer sent (outside any collective: a bad state dict is the script's own error)."""
         self._holds_state = True
         if received is not None:
-            self.load_state_dict(load(received[1]))
+            self.load_state_dict(received[1].state)
 
-    def _form_group(self, found: Assignment) -> tuple[float, tuple[int, bytes] | None]:
+    def _form_group(self, found: Assignment) -> tuple[float, tuple[int, Received] | None]:
         """A gloo group on the round's store prefix, then the state handover: (when the group formed, what
         this rank received)."""
         assert self._follower is not None

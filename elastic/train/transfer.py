@@ -1,19 +1,36 @@
 """Moving the job's state from a live peer to the ranks that lack it, over the new process group.
 
 A replacement or newcomer gets the model and optimizer state from a survivor in memory (no checkpoint file
-is read): the state is serialised once by `torch.save` into one byte tensor and sent whole, so its layout
-need not be known in advance (a fresh optimizer has no state tensors to receive into yet).
+is read). Its layout need not be known in advance (a fresh optimizer has no state tensors to receive
+into yet), so the state goes in two messages: a small one, the state's structure with every tensor replaced
+by a slot (dtype, shape, where its bytes are), serialised by `torch.save`; then the tensors' bytes in one
+buffer, which the receivers allocate once and receive into, and read as tensors without a copy (views at
+aligned offsets). The source copies each tensor once into the buffer; nothing is serialised, copied again
+or parsed on either side (`torch.save` of the whole state, then a copy into a byte tensor, a copy out of
+it and `torch.load` cost about 0.5 s for 100 MB here).
 """
 
 from __future__ import annotations
 
 import io
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
 from elastic.policy.state_source import Report, TransferPlan
+
+SLOT = "__elastic_tensor_slot__"  # marks a tensor's place in the structure (a dict key no state uses)
+ALIGN = 64  # each tensor's bytes start at a multiple of this: a view of any dtype is aligned
+
+
+@dataclass(frozen=True)
+class Received:
+    """What a receiver got: the state (tensors are views into one buffer) and its size in bytes."""
+
+    state: dict[str, Any]
+    nbytes: int
 
 
 def exchange_reports(step: int, holds_state: bool, world_size: int) -> list[Report]:
@@ -23,37 +40,116 @@ def exchange_reports(step: int, holds_state: bool, world_size: int) -> list[Repo
     return [Report(int(t[0]), bool(t[1])) for t in gathered]
 
 
-def move_state(plan: TransferPlan, rank: int, world_size: int, state: dict[str, Any] | None) -> bytes | None:
-    """Run this rank's part of `plan`; the receivers get the serialised state back (others None).
+def move_state(plan: TransferPlan, rank: int, world_size: int, state: dict[str, Any] | None) -> Received | None:
+    """Run this rank's part of `plan`; the receivers get the state back (others None).
 
-    `state` is needed on the source only. The caller deserialises outside any collective (see `load`).
+    `state` is needed on the source only. The caller loads it outside any collective: a state dict its
+    script refuses is the script's own error, not a failed collective.
     """
     if not plan.receivers or (rank != plan.source and rank not in plan.receivers):
         return None
-    payload = _serialise(state) if rank == plan.source else None
-    size = torch.tensor([payload.numel() if payload is not None else 0], dtype=torch.int64)
-    if plan.broadcast(world_size):
-        dist.broadcast(size, src=plan.source)
-        buffer = payload if payload is not None else torch.empty(int(size), dtype=torch.uint8)
-        dist.broadcast(buffer, src=plan.source)
-    elif payload is not None:
-        for receiver in plan.receivers:
-            dist.send(size, dst=receiver)
-            dist.send(payload, dst=receiver)
+    if rank == plan.source:
+        skeleton, tensors = split(state)
+        slots, payload = pack(tensors)
+        header = _bytes_tensor(_serialise({"skeleton": skeleton, "slots": slots, "size": payload.numel()}))
+        _send(plan, world_size, header, payload)
         return None
+    header_bytes = _receive(plan, world_size, None)
+    header = torch.load(io.BytesIO(header_bytes.numpy().tobytes()), weights_only=True)
+    buffer = torch.empty(int(header["size"]), dtype=torch.uint8)
+    _receive(plan, world_size, buffer)
+    return Received(join(header["skeleton"], unpack(header["slots"], buffer)), int(header["size"]))
+
+
+def split(value: Any) -> tuple[Any, list[torch.Tensor]]:
+    """The structure of `value` (dicts, lists, tuples) with each tensor replaced by a slot, and the tensors."""
+    tensors: list[torch.Tensor] = []
+
+    def walk(item: Any) -> Any:
+        if isinstance(item, torch.Tensor):
+            tensors.append(item.detach())
+            return {SLOT: len(tensors) - 1}
+        if isinstance(item, dict):
+            return {key: walk(v) for key, v in item.items()}
+        if isinstance(item, list):
+            return [walk(v) for v in item]
+        if isinstance(item, tuple) and not hasattr(item, "_fields"):
+            return tuple(walk(v) for v in item)
+        return item
+
+    return walk(value), tensors
+
+
+def join(skeleton: Any, tensors: list[torch.Tensor]) -> Any:
+    """`split` undone: each slot replaced by its tensor."""
+    if isinstance(skeleton, dict):
+        if len(skeleton) == 1 and SLOT in skeleton:
+            return tensors[skeleton[SLOT]]
+        return {key: join(v, tensors) for key, v in skeleton.items()}
+    if isinstance(skeleton, list):
+        return [join(v, tensors) for v in skeleton]
+    if isinstance(skeleton, tuple):
+        return tuple(join(v, tensors) for v in skeleton)
+    return skeleton
+
+
+def pack(tensors: list[torch.Tensor]) -> tuple[list[dict[str, Any]], torch.Tensor]:
+    """Every tensor's bytes in one buffer (each at an aligned offset), and the slots that describe them."""
+    slots, offset = [], 0
+    for tensor in tensors:
+        nbytes = tensor.numel() * tensor.element_size()
+        slots.append({"dtype": str(tensor.dtype).removeprefix("torch."), "shape": list(tensor.shape),
+                      "device": str(tensor.device), "offset": offset, "nbytes": nbytes})
+        offset += -(-nbytes // ALIGN) * ALIGN
+    buffer = torch.empty(offset, dtype=torch.uint8)
+    for slot, tensor in zip(slots, tensors, strict=True):
+        if slot["nbytes"]:
+            target = buffer[slot["offset"]:slot["offset"] + slot["nbytes"]].view(tensor.dtype)
+            target.copy_(tensor.reshape(-1))
+    return slots, buffer
+
+
+def unpack(slots: list[dict[str, Any]], buffer: torch.Tensor) -> list[torch.Tensor]:
+    """The tensors `pack` described, as views into `buffer` (moved to their device where it is not the CPU)."""
+    tensors = []
+    for slot in slots:
+        dtype = getattr(torch, slot["dtype"])
+        raw = buffer[slot["offset"]:slot["offset"] + slot["nbytes"]]
+        tensor = (raw.view(dtype) if slot["nbytes"] else torch.empty(0, dtype=dtype)).reshape(slot["shape"])
+        tensors.append(tensor if slot["device"] == "cpu" else tensor.to(slot["device"]))
+    return tensors
+
+
+def _send(plan: TransferPlan, world_size: int, header: torch.Tensor, payload: torch.Tensor) -> None:
+    size = torch.tensor([header.numel()], dtype=torch.int64)
+    if plan.broadcast(world_size):
+        for tensor in (size, header, payload):
+            dist.broadcast(tensor, src=plan.source)
+        return
+    for receiver in plan.receivers:
+        for tensor in (size, header, payload):
+            dist.send(tensor, dst=receiver)
+
+
+def _receive(plan: TransferPlan, world_size: int, into: torch.Tensor | None) -> torch.Tensor:
+    """The header (into=None: its size first, then its bytes), or the payload into a buffer already sized."""
+    if into is None:
+        size = torch.zeros(1, dtype=torch.int64)
+        _receive(plan, world_size, size)
+        into = torch.empty(int(size), dtype=torch.uint8)
+        return _receive(plan, world_size, into)
+    if plan.broadcast(world_size):
+        dist.broadcast(into, src=plan.source)
     else:
-        dist.recv(size, src=plan.source)
-        buffer = torch.empty(int(size), dtype=torch.uint8)
-        dist.recv(buffer, src=plan.source)
-    return None if rank == plan.source else buffer.numpy().tobytes()
+        dist.recv(into, src=plan.source)
+    return into
 
 
-def load(data: bytes) -> dict[str, Any]:
-    # weights_only: a peer's bytes are read like a checkpoint, with torch's safe loader.
-    return torch.load(io.BytesIO(data), weights_only=True)
-
-
-def _serialise(state: dict[str, Any] | None) -> torch.Tensor:
+def _serialise(value: Any) -> bytes:
     buffer = io.BytesIO()
-    torch.save(state, buffer)
-    return torch.frombuffer(bytearray(buffer.getbuffer()), dtype=torch.uint8)
+    torch.save(value, buffer)
+    return buffer.getvalue()
+
+
+def _bytes_tensor(data: bytes) -> torch.Tensor:
+    return torch.frombuffer(bytearray(data), dtype=torch.uint8)
