@@ -41,9 +41,6 @@ class Budget:
     def remaining(self) -> int:
         return max(self.max - self.used, 0)
 
-    def charged_for(self, round_number: int) -> bool:
-        return any(c.round == round_number for c in self.charges)
-
     def to_json(self) -> dict[str, Any]:
         return {"max": self.max, "used": self.used, "charges": [asdict(c) for c in self.charges]}
 

@@ -33,6 +33,7 @@ from torch.distributed.elastic.rendezvous import (
 
 from elastic.codec import CorruptValueError
 from elastic.errors import StoreUnavailableError
+from elastic.policy.budget import Charge, amends
 from elastic.policy.exits import Action
 from elastic.policy.incident import (
     FREE_ENDS,
@@ -342,9 +343,9 @@ class EtcdV3RendezvousHandler(RendezvousHandler):
         incident = self.run.incident(state, RoundEnd.WORKER_FAILURE, self._worker_failure)
         after = state.round
         ended_by = after.opened_by if after is not None and after.number == number + 1 else None
+        ours = Charge(number, RoundEnd.WORKER_FAILURE.value, "", member=self.member_id)
         charged_as_lost = state.budget is not None and any(
-            c.round == number and c.reason == RoundEnd.MEMBER_LOST.value and c.member == self.member_id
-            for c in state.budget.charges)
+            c.round == number and amends(ours, c) for c in state.budget.charges)
         if incident.action is Action.FAIL_JOB or ended_by == RoundEnd.STORE_UNAVAILABLE or charged_as_lost:
             self.run.cost_after_end(state, number, incident)
 
