@@ -59,9 +59,11 @@ def charge(budget: Budget, incident: Charge) -> Budget:
 def amends(later: Charge, first: Charge) -> bool:
     """A member charged as lost, whose lease lapsed while etcd was away, names the cause itself once etcd is
     back: its worker's failure (exit code, error) is what ended the round, the lost lease only how the others
-    heard of it. Its own report replaces the loss in the same charge (docs/design.md §3.11)."""
+    heard of it. Its own report replaces the loss in the same charge (docs/design.md §3.11). So does any
+    member's crash replace a loss that names nobody (a peer's group broke, and it could not tell whose end
+    broke it): the crash is what broke it."""
     return (first.reason == RoundEnd.MEMBER_LOST.value and later.reason == RoundEnd.WORKER_FAILURE.value
-            and first.member is not None and later.member == first.member)
+            and later.member is not None and first.member in (None, later.member))
 
 
 def exhausted_message(budget: Budget) -> str:

@@ -56,6 +56,7 @@ from elastic.rendezvous.protocol import (
     Settings,
     Target,
     Wait,
+    change_after_own_failure,
     join_step,
     membership_change,
 )
@@ -251,9 +252,8 @@ class EtcdV3RendezvousHandler(RendezvousHandler):
         assert self._joined is not None
         number = self._joined.number
         state = self._decodable(self.run.read())
-        change = self._pending or membership_change(state, number, self.settings)
-        if change is not None and change.reason is RoundEnd.STORE_UNAVAILABLE and self._worker_failure is not None:
-            change = None  # our worker died in the outage: that is the incident (the outage alone is free)
+        seen = self._pending or membership_change(state, number, self.settings)
+        change = change_after_own_failure(seen, self._worker_failure, self.member_id)
         if change is None and _is_current(state, number):
             # Our own workers failed: report, and give the other observers of the same incident a moment
             # to report theirs, so that the round ends on the first cause.
@@ -305,7 +305,9 @@ class EtcdV3RendezvousHandler(RendezvousHandler):
 
         torch's agent may not notice the failure for a while (its workers can be mid-step), but the answer
         tells whoever ends the round that this member is alive and will be back, so the next round waits
-        for it, and for nobody who stayed silent (a lost node), instead of waiting out the last call.
+        for it, and for nobody who stayed silent (a lost node), instead of waiting out the last call. Where
+        our own worker failed as well, the answer is its report: the peer settling the incident then weighs
+        our exit code (e.g. our crash broke its group while etcd was away, and its report only names a loss).
         """
         view = self._view
         assert view is not None
@@ -320,7 +322,7 @@ class EtcdV3RendezvousHandler(RendezvousHandler):
             revision = view.revision
             with self._lock:
                 joined = self._joined.number if self._joined is not None else None
-                lease = self._member_lease
+                lease, own = self._member_lease, self._worker_failure
             if joined is None or joined == answered:
                 continue  # not training (joining, or answered already): nothing to parse
             state = view.state()
@@ -328,7 +330,11 @@ class EtcdV3RendezvousHandler(RendezvousHandler):
                 continue
             if self.member_id not in state.heard_from() and lease is not None:
                 try:
-                    self.run.answer_incident(joined, self.member_id, lease.lease_id)
+                    if own is not None and own.member == self.member_id:
+                        # our worker failed too (its report waits in the agent's loop): say so, not "alive"
+                        self.run.report_failure(state, joined, self.member_id, own)
+                    else:
+                        self.run.answer_incident(joined, self.member_id, lease.lease_id)
                 except StoreUnavailableError as err:
                     log.warning("could not answer the incident of round %d: %s", joined, err)
             answered = joined

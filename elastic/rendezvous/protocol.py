@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from elastic.policy.bounds import clamp_replicas, round_can_seal
 from elastic.policy.budget import Charge, charge, exhausted_message
 from elastic.policy.exits import Action
-from elastic.policy.incident import Incident, JobEnd, RoundEnd
+from elastic.policy.incident import Failure, Incident, JobEnd, RoundEnd
 from elastic.rendezvous.state import Closed, JobState, Member, Round
 from elastic.store import Delete, JobKeys, ModRevisionIs, Put
 
@@ -198,6 +198,24 @@ def membership_change(state: JobState, joined_round: int, settings: Settings) ->
         if waiting:
             return Change(RoundEnd.SCALE_UP, waiting=waiting)
     return None
+
+
+def change_after_own_failure(change: Change | None, own: Failure | None, member_id: str) -> Change | None:
+    """The change a member ends its round on, given what failed on its side (`own`: a worker's exit, reported
+    with this member's id, or a broken group, with none); None when its own failure report decides.
+
+    An etcd outage explains a lapsed lease, never a crash: when our worker died (or our group broke) in the
+    outage, the outage is not the incident. Nor is our own lease, lapsed while etcd was away longer for us
+    than for a peer: we are alive, so our loss is no cause; our worker's exit code, or the peer our group
+    lost, is (docs/design.md §3.11). Any other change (a peer lost, a departure, a closed job) stands.
+    """
+    if change is None or own is None:
+        return change
+    if change.reason is RoundEnd.STORE_UNAVAILABLE:
+        return None
+    if change.reason is RoundEnd.MEMBER_LOST and change.member == member_id:
+        return None
+    return change
 
 
 def all_finished(state: JobState) -> bool:

@@ -8,7 +8,7 @@ import pytest
 
 from elastic.codec import decode_budget
 from elastic.policy.budget import Budget, Charge, charge, exhausted_message
-from elastic.policy.incident import RoundEnd, incident_of
+from elastic.policy.incident import NODE_LOST, Failure, RoundEnd, incident_of
 from elastic.rendezvous.protocol import (
     Change,
     EndDeadRound,
@@ -19,6 +19,7 @@ from elastic.rendezvous.protocol import (
     Target,
     Wait,
     all_finished,
+    change_after_own_failure,
     join_step,
     membership_change,
     plan_round_end,
@@ -157,12 +158,15 @@ AMEND_CASES = [
     ("a report of another round is a charge of its own", LOST_A, Charge(5, "WorkerFailure", "x", 1, "a"), None),
     ("a worker failure already charged is kept", Charge(4, "WorkerFailure", "exit 1 of a", 1, "a"),
      Charge(4, "WorkerFailure", "exit 137 of a", 137, "a"), False),
-    ("a loss naming nobody is kept", Charge(4, "MemberLost", "lost"), Charge(4, "WorkerFailure", "x", 1, "a"), False),
+    ("a crash names a loss that named nobody", Charge(4, "MemberLost", "lost"), Charge(4, "WorkerFailure", "x", 1, "a"),
+     True),
+    ("a report naming nobody amends nothing", Charge(4, "MemberLost", "lost"), Charge(4, "WorkerFailure", "x", 1),
+     False),
 ]
 
 
 @pytest.mark.parametrize(("first", "later", "replaced"), [c[1:] for c in AMEND_CASES], ids=[c[0] for c in AMEND_CASES])
-def test_a_charge_of_the_same_round_amends_a_loss_only_with_the_lost_members_own_report(first, later, replaced) -> None:
+def test_a_charge_of_the_same_round_amends_a_loss_only_with_a_crash_of_the_lost_member(first, later, replaced) -> None:
     after = charge(charge(Budget(3), first), later)
     if replaced is None:
         assert after.used == 2 and after.charges == (first, later)
@@ -235,3 +239,29 @@ def test_a_scale_up_expects_every_member_and_newcomer_so_it_seals_without_the_la
     back = JobState(round=after, members={i: m(i, 4) for i in "abn"})
     assert join_step(back, "a", Settings(min_nodes=1, max_nodes=4, last_call_seconds=30.0), 0.0, None) == Seal(
         after, {"a": 0, "b": 1, "n": 2}), "everyone expected is in: no 30 s last call"
+
+
+OWN_CRASH = Failure(137, member="a")
+BROKEN_GROUP = Failure(None, reason=NODE_LOST)  # report_lost_peer: a peer vanished from our workers' group
+
+
+@pytest.mark.parametrize(
+    "seen, own, expected",
+    [
+        pytest.param(None, OWN_CRASH, None, id="nothing seen: our report decides"),
+        pytest.param(Change(MEMBER_LOST, member="b"), None, Change(MEMBER_LOST, member="b"), id="no failure of ours"),
+        pytest.param(Change(STORE_UNAVAILABLE), OWN_CRASH, None, id="a crash in an outage is the incident"),
+        pytest.param(Change(STORE_UNAVAILABLE), BROKEN_GROUP, None, id="a broken group in an outage too"),
+        pytest.param(Change(MEMBER_LOST, member="a"), OWN_CRASH, None, id="our lease lapsed with our crash"),
+        pytest.param(Change(MEMBER_LOST, member="a"), BROKEN_GROUP, None, id="our lease lapsed, our group broke"),
+        pytest.param(Change(MEMBER_LOST, member="a"), None, Change(MEMBER_LOST, member="a"),
+                     id="our lease lapsed, nothing failed on our side"),
+        pytest.param(Change(MEMBER_LOST, member="b"), OWN_CRASH, Change(MEMBER_LOST, member="b"),
+                     id="a peer lost stands"),
+        pytest.param(Change(RoundEnd.CLOSED), OWN_CRASH, Change(RoundEnd.CLOSED), id="a closed job stands"),
+        pytest.param(Change(RoundEnd.PREEMPTED, member="b"), OWN_CRASH, Change(RoundEnd.PREEMPTED, member="b"),
+                     id="a departure stands"),
+    ],
+)
+def test_change_after_own_failure(seen, own, expected) -> None:
+    assert change_after_own_failure(seen, own, member_id="a") == expected
