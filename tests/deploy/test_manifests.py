@@ -1001,7 +1001,9 @@ def test_controller_lists_only_the_namespace_the_variant_sets(monkeypatch: pytes
 
 
 def _compose() -> dict[str, Any]:
-    return yaml.safe_load(COMPOSE_FILE.read_text(encoding="utf-8"))
+    """The compose file as it reads with no variable set: each `${NAME:-default}` is its default."""
+    text = re.sub(r"\$\{[A-Z_]+:-([^}]*)\}", r"\1", COMPOSE_FILE.read_text(encoding="utf-8"))
+    return yaml.safe_load(text)
 
 
 def _docker_compose() -> str:
@@ -1073,9 +1075,13 @@ def test_compose_etcd_serves_the_v3_api_only() -> None:
 def test_one_image_everywhere_and_it_runs_as_the_non_root_user() -> None:
     compose = _compose()["services"]
     assert compose["controller"]["image"] == compose["worker"]["image"] == IMAGE
-    assert compose["controller"]["build"] == compose["worker"]["build"] == "."
+    assert compose["controller"]["build"] == compose["worker"]["build"]
+    assert compose["worker"]["build"]["context"] == "."
+    assert compose["worker"]["build"]["args"]["BASE_IMAGE"] == "python:3.11-slim", "public defaults"
     dockerfile = (ROOT / "Dockerfile").read_text(encoding="utf-8")
-    assert re.search(r"^FROM python:3\.11-slim\s*$", dockerfile, re.M)
+    assert re.search(r"^ARG BASE_IMAGE=python:3\.11-slim\s*$", dockerfile, re.M)
+    assert re.search(r"^FROM \$\{BASE_IMAGE\} AS base\s*$", dockerfile, re.M)
+    assert "/wheelhouse" not in dockerfile.rsplit("\nFROM ", 1)[1], "the wheelhouse stays out of the final stage"
     (user,) = re.findall(r"^USER\s+(\S+)\s*$", dockerfile, re.M)
     uid = user.split(":")[0]
     assert uid.isdigit() and uid != "0", "a numeric non-root USER, so the kubelet can verify runAsNonRoot"
@@ -1091,7 +1097,7 @@ def test_dockerignore_keeps_what_the_dockerfile_copies() -> None:
     assert patterns[0] == "*", "an allowlist: everything is excluded unless re-included"
     included = {pattern[1:] for pattern in patterns if pattern.startswith("!")}
     dockerfile = (ROOT / "Dockerfile").read_text(encoding="utf-8")
-    for sources in re.findall(r"^COPY\s+(.+?)\s+\S+\s*$", dockerfile, re.M):
+    for sources in re.findall(r"^COPY\s+(?!--from)(.+?)\s+\S+\s*$", dockerfile, re.M):
         for source in sources.split():
             assert source.rstrip("/") in included, f"COPY {source}: .dockerignore excludes it"
             assert (ROOT / source).exists(), f"COPY {source}: no such file"
