@@ -156,8 +156,10 @@ def test_every_sample_of_every_epoch_is_read_once_across_a_crash_a_loss_a_scale_
     steps = [(s.world_size, reads[(s.step, s.restart)]) for s in committed]
     worst = difference(trained, replay(seed, steps, note))
     assert worst <= TOLERANCE, f"{note}the run's parameters differ from the fault-free replay by {worst}"
-    # The tolerance tells a sample read twice or skipped from summation order: one sample fewer, once.
-    skipped = difference(trained, replay(seed, steps, note, skip_one_at=len(steps) // 2))
+    # The tolerance tells a sample read twice or skipped from summation order: one sample fewer, once. One
+    # sample can happen to weigh nothing (seed 29452: 7e-9 for the one skipped in the middle step, a sample
+    # the model already fits), so the check skips one at a quarter, a half and three quarters of the run.
+    skipped = max(difference(trained, replay(seed, steps, note, skip_one_at=len(steps) * k // 4)) for k in (1, 2, 3))
     assert skipped > 10 * TOLERANCE, f"{note}one sample skipped moves the parameters by {skipped} only"
     budget = job.budget()
     assert [c["reason"] for c in budget["charges"]] == ["WorkerFailure", "MemberLost"], note + str(budget)
