@@ -104,8 +104,15 @@ def maybe_crash(args: argparse.Namespace, step: int, rank: int) -> None:
             marker.touch(exist_ok=False)
         except FileExistsError:
             return
-    print(f"crashing rank={rank} step={step} pid={os.getpid()} time={time.time():.3f}", flush=True)
+    say(f"crashing rank={rank} step={step} pid={os.getpid()} time={time.time():.3f}")
     os._exit(1)
+
+
+def say(line: str) -> None:
+    """One write per line: the workers of one agent share its log, and print's separate write of the newline
+    let two ranks' lines run together now and then (two `done` lines read as one)."""
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
 
 
 def checkpoint_path(args: argparse.Namespace) -> Path | None:
@@ -133,23 +140,23 @@ def main() -> None:
     path = checkpoint_path(args)
     if path is not None and path.exists():
         session.load_state_dict(torch.load(path, weights_only=True))
-    print(f"started rank={os.environ.get('RANK', 0)} world_size={os.environ.get('WORLD_SIZE', 1)} "
-          f"resumed_from={session.step}", flush=True)
+    say(f"started rank={os.environ.get('RANK', 0)} world_size={os.environ.get('WORLD_SIZE', 1)} "
+          f"resumed_from={session.step}")
 
     with session:
         reported_round = None
         for step in session.steps(args.steps):
             if session.in_place and session.round != reported_round:
                 reported_round, r = session.round, session.last_recovery
-                print(f"recovered round={session.round} rank={session.rank} world_size={session.world_size} "
+                say(f"recovered round={session.round} rank={session.rank} world_size={session.world_size} "
                       f"wait_round={r.wait_round:.4f} process_group={r.process_group:.4f} "
                       f"state_transfer={r.state_transfer:.4f} bytes={r.received_bytes} source={r.source} "
-                      f"pid={os.getpid()} time={time.time():.3f}", flush=True)
+                      f"pid={os.getpid()} time={time.time():.3f}")
             maybe_crash(args, step, session.rank)
             ids = sampler.indices(session.rank, session.world_size)
             if args.log_samples:
-                print(f"reads step={step} round={session.round} epoch={sampler.epoch} rank={session.rank} "
-                      f"world_size={session.world_size} ids={','.join(map(str, ids))}", flush=True)
+                say(f"reads step={step} round={session.round} epoch={sampler.epoch} rank={session.rank} "
+                      f"world_size={session.world_size} ids={','.join(map(str, ids))}")
             loss = loss_of(model, data, ids, sampler.step_samples(session.world_size), session.world_size)
             loss.backward()
             time.sleep(args.step_seconds)
@@ -158,14 +165,13 @@ def main() -> None:
                 applied += 1
                 session.commit(loss.item())
                 if session.rank == 0:
-                    print(f"step={step} loss={loss.item():.4f} world_size={session.world_size} "
-                          f"restart={session.round} time={time.time():.3f}", flush=True)
+                    say(f"step={step} loss={loss.item():.4f} world_size={session.world_size} "
+                          f"restart={session.round} time={time.time():.3f}")
                     if path is not None and session.step % args.checkpoint_every == 0:
                         save_checkpoint(path, session.state_dict())
             optimizer.zero_grad()
         checksum = sum(float(p.detach().double().sum()) for p in model.parameters())
-        print(f"done step={session.step} applied={int(applied)} checksum={checksum:.6f} pid={os.getpid()}",
-              flush=True)
+        say(f"done step={session.step} applied={int(applied)} checksum={checksum:.6f} pid={os.getpid()}")
         if args.save_final is not None and session.rank == 0:
             torch.save(model.state_dict(), args.save_final)
 
