@@ -501,6 +501,11 @@ def phase_report(args: argparse.Namespace, rows: list[Incident]) -> list[str]:
                            _median_max([s for s, _ in moved])))
     if loss:
         checks.append((f"node loss, s (target <= lease {LEASE_SECONDS:g} + 1)", _median_max(loss)))
+    paused = [r.value - r.phases["detect"] for r in rows if r.variant == IN_PLACE.name and r.scenario == "scale_up"
+              and r.value and r.phases]
+    if paused:  # the newcomer's own start (detect) costs the survivors nothing: they train meanwhile
+        checks.append(("scale-up: training paused, s (the newcomer in the round -> first step at full size; "
+                       "target <= 1.5)", _median_max(paused)))
     if checks:
         out.append("\n" + common.table(["in-place check", "median [max]"], checks))
     return out

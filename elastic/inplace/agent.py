@@ -42,7 +42,6 @@ from elastic.train.context import HUNG_EXIT, Heartbeat, Marker, WorkerContext
 
 log = logging.getLogger(__name__)
 
-RECOVERY_FLAG = "--recovery"
 STOP_GRACE_SECONDS = 5.0
 
 
@@ -251,23 +250,6 @@ class InPlaceAgent:
     def close(self) -> None:
         self._stop_all()
         shutil.rmtree(self.markers, ignore_errors=True)
-
-
-def split_recovery(argv: Sequence[str]) -> tuple[str, list[str]]:
-    """`--recovery=in-place` (or `--recovery in-place`) taken out of torchrun's arguments; default restart."""
-    args, mode, skip = [], "restart", False
-    for i, arg in enumerate(argv):
-        if skip:
-            skip = False
-        elif arg == RECOVERY_FLAG and i + 1 < len(argv):
-            mode, skip = argv[i + 1], True
-        elif arg.startswith(RECOVERY_FLAG + "="):
-            mode = arg.split("=", 1)[1]
-        else:
-            args.append(arg)
-    if mode not in ("restart", "in-place"):
-        raise SystemExit(f"elastic agent: --recovery={mode}: expected restart or in-place")
-    return mode, args
 
 
 def _raise_signal(signum: int, _frame: object) -> None:

@@ -72,14 +72,27 @@ class Zygote:
         self._context = multiprocessing.get_context("forkserver")
         self._context.set_forkserver_preload(list(preload))
 
-    def warm(self) -> None:
-        """Start the forkserver now (it imports the preload modules), so the first worker start is a fork."""
+    def start_server(self) -> None:
+        """Start the forkserver now; it imports the preload modules while this process goes on."""
         multiprocessing.forkserver.ensure_running()
+
+    def warm(self) -> None:
+        """Return once the forkserver has imported the preload modules: an agent joins a round only when it
+        can start its workers at once. A newcomer that joined cold made the whole job wait in the new round's
+        process group for its zygote's `import torch` (scale-up: 2.1 s of survivors' time, 2 agents)."""
+        self.start_server()
+        probe = self._context.Process(target=_ready, name="zygote-ready", daemon=True)
+        probe.start()  # the forkserver forks (so answers) only once its preload is done
+        probe.join()
 
     def start(self, command: WorkerCommand, name: str) -> BaseProcess:
         process = self._context.Process(target=run_worker, args=(command,), name=name, daemon=False)
         process.start()
         return process
+
+
+def _ready() -> None:
+    """The readiness probe's body: nothing (its fork was the answer)."""
 
 
 def run_worker(command: WorkerCommand) -> None:

@@ -1041,7 +1041,7 @@ def test_docker_compose_config_rejects_a_broken_file(tmp_path: Path) -> None:
 
 
 def test_compose_workers_rendezvous_through_etcd_v3() -> None:
-    from elastic.agent import with_defaults
+    from elastic.agent.launcher import with_defaults
 
     services = _compose()["services"]
     worker = services["worker"]

@@ -4,7 +4,10 @@ handlers run on every end that Python runs them on, unbuffered output."""
 
 from __future__ import annotations
 
+import os
 import signal
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -43,3 +46,19 @@ def test_a_worker_runs_and_ends_as_python_runs_a_script(zygote: Zygote, tmp_path
     worker.join(30)
     assert worker.exitcode == code
     assert (tmp_path / "atexit-ran").exists()
+
+
+def test_warm_returns_once_the_preload_is_imported(tmp_path: Path) -> None:
+    """An agent joins a round only when it can fork its workers at once: `warm()` waits for the forkserver's
+    preload (a newcomer that joined while its zygote still imported torch held the whole job in the new
+    round's process group). A fresh interpreter, so that its forkserver is this test's own."""
+    (tmp_path / "slow_preload.py").write_text(
+        "import os, pathlib, time\ntime.sleep(1.0)\npathlib.Path(os.environ['PRELOADED']).touch()\n")
+    marker = tmp_path / "preloaded"
+    program = ("import os, sys\nfrom elastic.inplace.zygote import Zygote\n"
+               "Zygote(preload=('elastic.inplace.zygote', 'slow_preload')).warm()\n"
+               "sys.exit(0 if os.path.exists(os.environ['PRELOADED']) else 7)\n")
+    env = {**os.environ, "PRELOADED": str(marker),
+           "PYTHONPATH": os.pathsep.join([str(tmp_path), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    done = subprocess.run([sys.executable, "-c", program], env=env, timeout=60)
+    assert done.returncode == 0, "warm() returned before the forkserver had imported its preload"

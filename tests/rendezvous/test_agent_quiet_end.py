@@ -7,7 +7,7 @@ import signal
 from torch.distributed.elastic.multiprocessing.api import SignalException
 from torch.distributed.elastic.rendezvous import RendezvousClosedError
 
-from elastic.agent import quiet_end
+from elastic.agent.launcher import quiet_end
 
 
 def stopped_while(context: BaseException | None) -> SignalException:
