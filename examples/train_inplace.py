@@ -141,7 +141,7 @@ def main() -> None:
     if path is not None and path.exists():
         session.load_state_dict(torch.load(path, weights_only=True))
     say(f"started rank={os.environ.get('RANK', 0)} world_size={os.environ.get('WORLD_SIZE', 1)} "
-          f"resumed_from={session.step}")
+        f"resumed_from={session.step}")
 
     with session:
         reported_round = None
@@ -149,14 +149,14 @@ def main() -> None:
             if session.in_place and session.round != reported_round:
                 reported_round, r = session.round, session.last_recovery
                 say(f"recovered round={session.round} rank={session.rank} world_size={session.world_size} "
-                      f"wait_round={r.wait_round:.4f} process_group={r.process_group:.4f} "
-                      f"state_transfer={r.state_transfer:.4f} bytes={r.received_bytes} source={r.source} "
-                      f"pid={os.getpid()} time={time.time():.3f}")
+                    f"wait_round={r.wait_round:.4f} process_group={r.process_group:.4f} "
+                    f"state_transfer={r.state_transfer:.4f} bytes={r.received_bytes} source={r.source} "
+                    f"pid={os.getpid()} time={time.time():.3f}")
             maybe_crash(args, step, session.rank)
             ids = sampler.indices(session.rank, session.world_size)
             if args.log_samples:
                 say(f"reads step={step} round={session.round} epoch={sampler.epoch} rank={session.rank} "
-                      f"world_size={session.world_size} ids={','.join(map(str, ids))}")
+                    f"world_size={session.world_size} ids={','.join(map(str, ids))}")
             loss = loss_of(model, data, ids, sampler.step_samples(session.world_size), session.world_size)
             loss.backward()
             time.sleep(args.step_seconds)
@@ -166,7 +166,7 @@ def main() -> None:
                 session.commit(loss.item())
                 if session.rank == 0:
                     say(f"step={step} loss={loss.item():.4f} world_size={session.world_size} "
-                          f"restart={session.round} time={time.time():.3f}")
+                        f"restart={session.round} time={time.time():.3f}")
                     if path is not None and session.step % args.checkpoint_every == 0:
                         save_checkpoint(path, session.state_dict())
             optimizer.zero_grad()
