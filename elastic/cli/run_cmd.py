@@ -30,11 +30,11 @@ from elastic.cli.show import root_cause_lines
 from elastic.controller.inspect import read_report
 from elastic.controller.machinery.etcd_election import Election
 from elastic.controller.reconcile import capacity_problem
-from elastic.controller.submit import submit_job
+from elastic.controller.submit import JobExistsError, submit_job
 from elastic.errors import PermanentError
 from elastic.rendezvous.run import JobRun
 from elastic.rendezvous.state import Closed
-from elastic.spec import ElasticJob
+from elastic.spec import ElasticJob, load_job
 from elastic.store import JobKeys, Store
 
 if TYPE_CHECKING:
@@ -65,10 +65,19 @@ def register(verbs: argparse._SubParsersAction) -> None:
         "controller",
         help="run the controller alone against an etcd (every submitted job)",
         description="Reconcile every ElasticJob: those submitted to etcd, with local worker processes "
-        "(--backend local), or those of the Kubernetes API, with pods and leader election (--backend kubernetes).",
+        "(--backend local) or with agents the platform starts (--backend external: compose's workers, a batch "
+        "system's; never started or stopped here), or those of the Kubernetes API, with pods and leader election "
+        "(--backend kubernetes).",
     )
     add_etcd_option(controller)
-    controller.add_argument("--backend", choices=["local", "kubernetes"], default="local")
+    controller.add_argument("--backend", choices=["local", "external", "kubernetes"], default="local")
+    controller.add_argument(
+        "--submit", type=Path, action="append", default=[], metavar="JOB.yaml",
+        help="submit this job as the controller starts (repeatable; local and external backends), unless a job of "
+        "its name is in etcd already: a restarted controller carries on with the job it ran, finished or not. "
+        "Under --backend external the agents join with --rdzv-id=<metadata.name> --rdzv-conf "
+        "job=<namespace>/<name>",
+    )  # fmt: skip
     controller.add_argument("--log-dir", type=Path, default=Path(".elastic/logs"))
     controller.add_argument(
         "--health-port", type=whole_number(1, 65535), default=None, metavar="PORT",
@@ -183,6 +192,10 @@ def run_controller(args: argparse.Namespace) -> int:
 
 
 def _run_controller(args: argparse.Namespace) -> int:
+    if args.submit and args.backend == "kubernetes":
+        raise PermanentError("--submit is for the local and external backends: on Kubernetes, kubectl apply the "
+                             "ElasticJob")
+    jobs = [load_job(path) for path in args.submit]  # a bad spec is refused before anything is written
     store = connect(args)
     metrics = serve_metrics(args)
     if args.backend == "kubernetes":  # ElasticJobs from the API server, one leader among the replicas
@@ -191,6 +204,8 @@ def _run_controller(args: argparse.Namespace) -> int:
         return run_kubernetes_controller(store, args.etcd, health_port=args.health_port, metrics=metrics)
     from elastic.controller.manager import LocalControllerManager  # imports torch, as run_job says
 
+    for job in jobs:
+        _submit_once(store, job)
     manager = LocalControllerManager(
         store,
         args.etcd,
@@ -198,6 +213,7 @@ def _run_controller(args: argparse.Namespace) -> int:
         Election(store, on_change=lambda line: print(line, flush=True)),
         process_cap(args),
         metrics,
+        external_workers=args.backend == "external",
     )
     printers: dict[str, StatusPrinter] = {}
 
@@ -207,6 +223,17 @@ def _run_controller(args: argparse.Namespace) -> int:
     print(f"controller watching {args.etcd} (backend {args.backend})", flush=True)
     manager.run_forever(show)
     return 0
+
+
+def _submit_once(store: Store, job: ElasticJob) -> None:
+    """Submit `job` unless one of its name is in etcd: compose restarts a controller that died, and that one
+    must carry on with the job (a finished one too), never start it over."""
+    try:
+        submitted = submit_job(store, job, replace_finished=False)
+    except JobExistsError as err:
+        print(f"not submitted: {err}", flush=True)
+        return
+    print(f"job {submitted.key} submitted", flush=True)
 
 
 INTERRUPTED = "Interrupted"

@@ -32,7 +32,7 @@ from elastic.policy.capacity import WAITING_FOR_CAPACITY
 from elastic.policy.exits import Action
 from elastic.policy.incident import JobEnd
 from elastic.rendezvous.protocol import permanent_failure
-from elastic.rendezvous.run import JobRun
+from elastic.rendezvous.run import JobRun, RunIdMismatchError
 from elastic.rendezvous.state import Closed
 from elastic.spec import ElasticJob
 from elastic.spec.defaults import RUN_TTL_SECONDS
@@ -60,10 +60,13 @@ class JobController:
         spec_from_store: bool = True,
         metrics: ControllerMetrics | None = None,
         processes_elsewhere: Callable[[], int] = lambda: 0,
+        external_workers: bool = False,
     ) -> None:
         """`spec_from_store`: follow the spec in etcd (local and compose: `elastic scale` edits it there). On
         Kubernetes the ElasticJob object is the only truth and its driver sets `job` each pass: a spec in
-        etcd, which anyone with etcd access can write, must never choose what a pod runs."""
+        etcd, which anyone with etcd access can write, must never choose what a pod runs.
+        `external_workers`: the platform runs the workers (`cluster/external.py`); this controller only
+        decides and reports the job."""
         self.store = store
         self.job = job
         self.spec_from_store = spec_from_store
@@ -74,6 +77,7 @@ class JobController:
         self.processes_elsewhere = processes_elsewhere
         self.processes_in_use = 0  # this job's training processes, as of its last step
         self.metrics = metrics
+        self.external_workers = external_workers
         self.keys = JobKeys(job.metadata.namespace, job.metadata.name)
         self.run = JobRun(store, self.keys)
         self.status: dict[str, Any] = self._read_status()
@@ -88,7 +92,8 @@ class JobController:
 
     @property
     def run_id(self) -> str:
-        return run_id_of(self.job)
+        """Agents the platform starts cannot know a submission's uid: they join the run named after the job."""
+        return self.job.metadata.name if self.external_workers else run_id_of(self.job)
 
     def observe(self) -> Observed:
         state = self.run.read()
@@ -103,6 +108,7 @@ class JobController:
             process_cap=self.process_cap,
             processes_elsewhere=self.processes_elsewhere(),
             capacity_wait_since=condition_since(self.status, WAITING_FOR_CAPACITY),
+            external_workers=self.external_workers,
         )
 
     def _read_status(self) -> dict[str, Any]:
@@ -189,7 +195,10 @@ class JobController:
     # --- appliers ---
 
     def _init_run(self, _: InitRun, observed: Observed) -> None:
-        self.run.ensure_run(self.run_id, self.job.spec.failure_policy.max_restarts, RUN_TTL_SECONDS)
+        try:
+            self.run.ensure_run(self.run_id, self.job.spec.failure_policy.max_restarts, RUN_TTL_SECONDS)
+        except RunIdMismatchError as err:  # external agents came first under a run id of their own: theirs
+            log.warning("%s: %s", self.job.key, err)
 
     def _start_workers(self, action: StartWorkers, observed: Observed) -> None:
         """Start the workers; one the OS refuses fails the job with the OS error (the ones started before it

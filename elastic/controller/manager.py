@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from elastic.cluster.external import ExternalAgents
 from elastic.cluster.local import LocalProcesses
 from elastic.codec import status_for_display
 from elastic.controller.loop import JobController, run_id_of
@@ -51,10 +52,14 @@ class LocalControllerManager:
         election: Election | None = None,
         process_cap: int | None = None,
         metrics: ControllerMetrics | None = None,
+        external_workers: bool = False,
     ) -> None:
+        """`external_workers`: the platform runs every job's agents (compose, `--backend external`): jobs are
+        decided and reported here, no process is started."""
         self.store = store
         self.endpoints = endpoints
         self.log_root = log_root
+        self.external_workers = external_workers
         self.election = election or Election(store)
         self.process_cap = process_cap
         self.metrics = metrics  # one for the process: what it counted outlives a change of leader
@@ -62,6 +67,9 @@ class LocalControllerManager:
         self._acting_as: FencedStore | None = None
 
     def controller_for(self, job: ElasticJob, store: Store) -> JobController:
+        if self.external_workers:
+            agents = ExternalAgents(store, JobKeys(job.metadata.namespace, job.metadata.name))
+            return JobController(store, job, agents, self.endpoints, metrics=self.metrics, external_workers=True)
         workers = local_workers(store, job, self.log_root / job.metadata.namespace / job.metadata.name)
         return JobController(store, job, workers, self.endpoints, self.process_cap, metrics=self.metrics,
                              processes_elsewhere=lambda: self.processes_besides(job.key))

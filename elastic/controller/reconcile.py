@@ -13,7 +13,7 @@ from typing import Any
 
 from elastic.cluster import WorkerObservation
 from elastic.policy.bounds import clamp_replicas
-from elastic.policy.capacity import CapacityWait, LocalFit, capacity_timed_out, capacity_wait, local_fit
+from elastic.policy.capacity import AGENTS_MISSING, CapacityWait, LocalFit, capacity_timed_out, capacity_wait, local_fit
 from elastic.policy.deadline import deadline_exceeded
 from elastic.policy.incident import Failure, Incident, JobEnd, RoundEnd, incident_of
 from elastic.policy.startup import startup_timed_out
@@ -31,6 +31,10 @@ class Observed:
     process_cap: int | None = None  # the machine's training processes for all jobs (local); None: no cap
     processes_elsewhere: int = 0  # training processes other jobs of this controller run (local)
     capacity_wait_since: float | None = None  # since when the job waits for capacity (its condition's time)
+    # The platform starts and stops the workers (compose's `--scale`, a batch system, agents run by hand): the
+    # controller observes them through their member keys and decides the job's end, never starts, stops or
+    # replaces one. Their agents report their own exits to etcd, as under stock torchrun.
+    external_workers: bool = False
 
     @property
     def trained(self) -> bool:
@@ -96,7 +100,7 @@ def reconcile(observed: Observed) -> list[ControllerAction]:
     if state.run_id is None:
         return [InitRun()]
     if state.closed is not None:
-        return _wind_down(observed)
+        return [] if observed.external_workers else _wind_down(observed)  # external agents read `closed`
     if deadline_exceeded(observed.started_at, observed.now, spec.active_deadline_seconds):
         return [CloseJob(JobEnd.DEADLINE_EXCEEDED, f"activeDeadlineSeconds ({spec.active_deadline_seconds} s) passed")]
     if not observed.trained:  # startupTimeoutSeconds bounds the time to the first sealed round only
@@ -111,6 +115,8 @@ def reconcile(observed: Observed) -> list[ControllerAction]:
     chief = _chief_done(observed)
     if chief is not None:
         return [CloseJob(JobEnd.SUCCEEDED, f"rank 0 ({chief}) finished with exit 0 (successPolicy Rank0)")]
+    if observed.external_workers:
+        return []
 
     actions: list[ControllerAction] = []
     current = state.round
@@ -157,9 +163,15 @@ def fitting(observed: Observed) -> LocalFit:
 
 def waiting_for_capacity(observed: Observed) -> CapacityWait | None:
     """The job trained before and is below minReplicas now: it waits for capacity (free), and why."""
+    min_replicas = observed.job.spec.min_replicas
+    if observed.external_workers:
+        running = sum(1 for w in observed.workers if w.alive)
+        return capacity_wait(observed.workers, min_replicas, observed.trained,
+                             f"{running} agent(s) run; the platform starts them (compose: up --scale worker=N)",
+                             AGENTS_MISSING)
     fit = fitting(observed)
     shortfall = fit.limited if fit.start == 0 else None
-    return capacity_wait(observed.workers, observed.job.spec.min_replicas, observed.trained, shortfall)
+    return capacity_wait(observed.workers, min_replicas, observed.trained, shortfall)
 
 
 def capacity_problem(job: ElasticJob, workers: int, process_cap: int | None) -> str | None:

@@ -19,6 +19,7 @@ from elastic.policy.startup import StartingWorker
 
 WAITING_FOR_CAPACITY = "WaitingForCapacity"  # the condition of a job below min that waits
 LOCAL_CAPACITY = "LocalCapacity"  # this machine's process cap is taken (by this job's size or other jobs)
+AGENTS_MISSING = "AgentsMissing"  # the platform that starts the agents (compose, a batch system) runs too few
 CAPACITY_LIMITED = "CapacityLimited"  # the condition of a job that runs below its desired size
 
 
@@ -38,13 +39,15 @@ class CapacityWait:
 
 
 def capacity_wait(
-    workers: Iterable[StartingWorker], min_replicas: int, trained: bool, local_shortfall: str | None = None
+    workers: Iterable[StartingWorker], min_replicas: int, trained: bool, local_shortfall: str | None = None,
+    shortfall_reason: str = LOCAL_CAPACITY,
 ) -> CapacityWait | None:
     """Whether a job that trained before is below min now for want of capacity, and why; None when it is not,
     never trained, or nothing says capacity is short (a replacement still starting is a recovery, not a wait).
 
     `local_shortfall`: why the local machine cannot start the workers the job lacks (its process cap is taken
-    by other jobs), as the controller found it.
+    by other jobs), as the controller found it; `shortfall_reason` names it (AGENTS_MISSING: nobody here
+    starts them, the platform does).
     """
     if not trained:
         return None
@@ -57,7 +60,7 @@ def capacity_wait(
         name, why = waiting[0]
         return CapacityWait(ready, min_replicas, why.split(":", 1)[0], f"worker {name}: {why}")
     if local_shortfall:
-        return CapacityWait(ready, min_replicas, LOCAL_CAPACITY, local_shortfall)
+        return CapacityWait(ready, min_replicas, shortfall_reason, local_shortfall)
     return None
 
 

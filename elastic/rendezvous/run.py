@@ -74,12 +74,15 @@ class JobRun:
         """Create the run (run record, budget, first round) once; every later agent just reads it.
 
         All of the run's keys hang on one job lease, kept alive by the agents; once none is left, the run
-        disappears after `ttl_seconds` (nothing of a finished run stays in etcd forever).
+        disappears after `ttl_seconds` (nothing of a finished run stays in etcd forever). A submitted spec's
+        `failurePolicy.maxRestarts` is the budget, whoever creates the run (agents a platform starts may come
+        before their controller, with a `max_restarts` of their own); `max_restarts` is for runs without one.
         """
         for _ in range(10):
             state = self.read()
             if state.run_id is None:
-                if self._create_run(run_id, max_restarts, ttl_seconds):
+                budget = state.spec.spec.failure_policy.max_restarts if state.spec is not None else max_restarts
+                if self._create_run(run_id, budget, ttl_seconds):
                     return self.read()
                 continue
             if state.run_id != run_id:

@@ -248,3 +248,33 @@ def test_spares_are_started_beyond_the_desired_size_and_kept_out_of_the_active_c
     waiting = JobState(**{**RUNNING.__dict__, "members": {**RUNNING.members, "w3-33-cc": Member("w3-33-cc", 5)}})
     status = job_status(Observed(spec, waiting, three), None, None)
     assert status["spares"] == {"wanted": 1, "ready": 1} and status["replicas"] == {"desired": 2, "active": 2}
+
+
+def external(state=RUNNING, workers=TWO_ALIVE, spec=None, started_at=None, now=1000.0):
+    return Observed(spec or job(), state, tuple(workers), started_at=started_at, now=now, external_workers=True)
+
+
+@pytest.mark.parametrize(
+    ("case", "seen", "expected"),
+    [
+        ("no run yet: created with the spec's budget", external(state=JobState()), [InitRun()]),
+        ("fewer than desired: the platform starts workers", external(workers=(alive("w1"),)), []),
+        ("more than desired: extra agents are spares", external(workers=(*TWO_ALIVE, alive("w3"))), []),
+        ("none at all after training: waiting, free", external(workers=()), []),
+        ("closed: the agents read `closed` and exit", external(state=JobState(
+            run_id="r", round=SEALED, closed=Closed("BackoffLimitExceeded", "spent", 1.0))), []),
+        ("an exit seen by nobody but the agents", external(workers=(alive("w1"), exited("w2", 1))), []),
+    ],
+    ids=lambda value: value if isinstance(value, str) else "",
+)
+def test_workers_the_platform_runs_are_never_started_stopped_or_replaced(case, seen, expected) -> None:
+    assert reconcile(seen) == expected, case
+
+
+def test_external_workers_still_end_the_job_by_deadline_and_capacity_timeout() -> None:
+    late = external(spec=job(activeDeadlineSeconds=60), started_at=0.0, now=100.0)
+    assert [type(a) for a in reconcile(late)] == [CloseJob]
+    gone = Observed(job(capacityTimeoutSeconds=30), RUNNING, (), now=1000.0, capacity_wait_since=900.0,
+                    external_workers=True)
+    (close,) = reconcile(gone)
+    assert isinstance(close, CloseJob) and "capacityTimeoutSeconds" in close.message

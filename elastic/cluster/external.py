@@ -1,0 +1,40 @@
+"""Workers the platform runs: compose's `--scale`, a batch system, `elastic-agent`s started by hand.
+
+The controller (`elastic controller --backend external`) runs the job's spec, budget, status and events,
+but it neither starts nor stops a worker: it sees each agent through the member key the agent holds on
+its own lease, and a lost agent is lost to the round through that lease, as under stock torchrun. Such
+agents join the run named after the job (`--rdzv-id=<metadata.name> --rdzv-conf job=<namespace>/<name>`):
+the controller creates that run with the spec's budget, so every agent charges the same one.
+"""
+
+from __future__ import annotations
+
+from elastic.cluster.base import WorkerLaunch, WorkerObservation, WorkerStartError
+from elastic.rendezvous.state import JobState
+from elastic.store import JobKeys, Store
+
+
+class ExternalAgents:
+    """The job's agents as their member keys show them; starting or stopping one is the platform's job."""
+
+    def __init__(self, store: Store, keys: JobKeys) -> None:
+        self.store = store
+        self.keys = keys
+
+    def observe(self) -> list[WorkerObservation]:
+        entries, revision = self.store.get_prefix(self.keys.members_prefix)
+        members = JobState.parse(self.keys, entries, revision).members  # decoded where every member key is
+        return [WorkerObservation(m.id, alive=True, started_at=m.joined_at) for m in members.values()]
+
+    def start(self, launch: WorkerLaunch) -> None:
+        raise WorkerStartError(f"worker {launch.name}: the platform starts this job's workers, not the controller "
+                               "(--backend external)")
+
+    def stop(self, name: str) -> None:
+        """Nothing to do: a closed job's agents read `closed` and exit on their own."""
+
+    def forget(self, name: str) -> None:
+        """Nothing to do: an agent's member key goes with its lease."""
+
+    def close(self) -> None:
+        """Nothing held."""

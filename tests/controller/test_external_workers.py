@@ -1,0 +1,87 @@
+"""`elastic controller --backend external --submit JOB.yaml`: the controller docker-compose.yml runs (issue 24).
+
+The platform (compose, here the test) starts the agents; the controller submits the spec, creates the run with
+the spec's budget and reports the job, and starts or stops nothing. Real etcd, a real controller process,
+real `elastic agent`s training with gloo.
+"""
+
+from __future__ import annotations
+
+import sys
+from contextlib import ExitStack
+from pathlib import Path
+
+import pytest
+from cli_harness import ElasticCli, job_yaml
+
+from elastic.controller.submit import submit_job
+from elastic.rendezvous.run import JobRun
+from elastic.spec import parse_job
+from elastic.store import JobKeys, Store
+from harness.agents import AgentProcess, torchrun_command, wait_until
+
+pytestmark = pytest.mark.slow
+
+STARTUP = 90
+AGENT = (sys.executable, "-m", "elastic.agent")
+
+
+def test_the_controller_of_agents_a_platform_starts_runs_the_spec_and_starts_nothing(
+    cli: ElasticCli, tmp_path: Path
+) -> None:
+    keys = JobKeys("default", "ext")
+    spec = job_yaml("ext", ["--steps", "100000"], minReplicas=1, maxReplicas=3, replicas=2,
+                    failurePolicy={"maxRestarts": 1})  # fmt: skip
+    path = cli.write(spec)
+    log_dir = tmp_path / "logs"
+    controller = cli.start("controller", "--backend", "external", "--submit", str(path), "--log-dir", str(log_dir))
+    # the run is the controller's, with the spec's budget, before any agent comes
+    assert wait_until(lambda: cli.budget("ext").get("max") == 1, 30), cli.output(controller)
+    assert cli.store.get_json(keys.run)["run_id"] == "ext"
+
+    # what compose runs: agents of their own, whose max_restarts the submitted spec overrules
+    args = [*spec["spec"]["worker"]["args"], "--checkpoint-dir", str(tmp_path / "ckpt")]
+    command = torchrun_command(cli.etcd.client_url, "ext", "1:3", args, launcher=AGENT,
+                               conf={"job": "default/ext", "lease_seconds": 3, "last_call_seconds": 1,
+                                     "max_restarts": 9})  # fmt: skip
+    env = {"ELASTIC_ETCD_ENDPOINTS": cli.etcd.client_url, "ELASTIC_PROGRESS_KEY": keys.progress}
+    with ExitStack() as stack:
+        agents = [stack.enter_context(AgentProcess(command, tmp_path / f"agent-{i}.log", env)) for i in range(2)]
+        outputs = lambda: "\n".join([cli.output(controller), *(a.output() for a in agents)])  # noqa: E731
+
+        def status_is(**fields: object) -> bool:
+            status = cli.status("ext")
+            return all(status.get(k) == v for k, v in fields.items())
+
+        assert wait_until(lambda: status_is(phase="Running", worldSize=2, replicasText="2/2")
+                          and cli.status("ext").get("progress", {}).get("step", 0) > 0, STARTUP), outputs()
+
+        agents[0].kill_worker()  # a crash: one charge, of the spec's budget
+        assert wait_until(lambda: status_is(phase="Running", worldSize=2, restartsText="1/1"), STARTUP), outputs()
+
+        agents[1].kill_worker()  # the budget is spent: every agent's job is closed, and they exit non-zero
+        assert wait_until(lambda: status_is(phase="Failed", reason="BackoffLimitExceeded"), STARTUP), outputs()
+        assert all(agent.wait(60) != 0 for agent in agents), outputs()
+
+    assert controller.poll() is None, cli.output(controller)  # a controller runs on after its jobs
+    assert cli.store.get_prefix(keys.workers_prefix)[0] == [], "the controller started a worker"
+    assert not log_dir.exists() or not any(log_dir.rglob("*.log")), "the controller started a worker"
+
+    # compose restarts a controller that died: the new one carries on with the job, never submits it again
+    before = (cli.store.get_json(keys.spec), cli.store.get_json(keys.run), cli.budget("ext"))
+    controller.terminate()
+    controller.wait(30)
+    again = cli.start("controller", "--backend", "external", "--submit", str(path), "--log-dir", str(log_dir))
+    assert wait_until(lambda: "not submitted: job default/ext already exists" in cli.output(again), 30), \
+        cli.output(again)
+    assert (cli.store.get_json(keys.spec), cli.store.get_json(keys.run), cli.budget("ext")) == before
+    assert cli.status("ext")["phase"] == "Failed"
+
+
+def test_agents_that_come_before_their_controller_take_the_budget_of_the_submitted_spec(etcd_server) -> None:
+    """Compose starts agents and controller together: whoever creates the run, a submitted spec's maxRestarts is
+    the budget; an agent's own max_restarts counts only where no spec was submitted."""
+    with Store(etcd_server.client_url) as store:
+        submit_job(store, parse_job(job_yaml("first", [], failurePolicy={"maxRestarts": 2})))
+        assert JobRun(store, JobKeys("default", "first")).ensure_run("first", 9, 60).budget.max == 2
+        assert JobRun(store, JobKeys("default", "nospec")).ensure_run("nospec", 9, 60).budget.max == 9
