@@ -52,7 +52,7 @@ def describe(report: JobReport, leader: dict[str, Any] | None = None) -> list[st
     lines = [
         f"Name:          {job.metadata.name}",
         f"Namespace:     {job.metadata.namespace}",
-        f"Run:           {job.metadata.uid or '-'}",
+        f"Run:           {report.state.run_id or job.metadata.uid or '-'}",  # the id the agents joined with
         f"Phase:         {status.get('phase', 'Pending')}" + (f" ({status['reason']})" if status.get("reason") else ""),
         f"Message:       {status.get('message', '-')}",
         f"Start Time:    {status.get('startTime', '-')}",

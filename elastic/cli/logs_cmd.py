@@ -74,7 +74,8 @@ def choose(report: JobReport, wanted: str | None, quiet: bool = False) -> list[W
         if quiet:
             return []
         raise PermanentError(f"job {report.job.key} has no worker logs recorded: no local worker was started "
-                             "(not yet, or it runs elsewhere: on Kubernetes, use kubectl logs)")
+                             "(not yet, or it runs elsewhere: on Kubernetes, kubectl logs; under docker-compose, "
+                             "docker-compose logs worker)")
     if wanted is None:
         return list(report.logs)
     by_worker = {log.worker: log for log in report.logs}

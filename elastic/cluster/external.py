@@ -10,7 +10,7 @@ the controller creates that run with the spec's budget, so every agent charges t
 from __future__ import annotations
 
 from elastic.cluster.base import WorkerLaunch, WorkerObservation, WorkerStartError
-from elastic.rendezvous.state import JobState
+from elastic.rendezvous.run import JobRun
 from elastic.store import JobKeys, Store
 
 
@@ -22,9 +22,12 @@ class ExternalAgents:
         self.keys = keys
 
     def observe(self) -> list[WorkerObservation]:
-        entries, revision = self.store.get_prefix(self.keys.members_prefix)
-        members = JobState.parse(self.keys, entries, revision).members  # decoded where every member key is
-        return [WorkerObservation(m.id, alive=True, started_at=m.joined_at) for m in members.values()]
+        """Every agent holding a member key, less those a sealed round left behind: a lost agent's key stays
+        until its lease runs out (seconds), but its round ended without it, and it is not counted."""
+        state = JobRun(self.store, self.keys).read()
+        current = state.round
+        return [WorkerObservation(m.id, alive=True, started_at=m.joined_at) for m in state.members.values()
+                if current is None or not current.sealed or m.id in current.members or m.target > current.number]
 
     def start(self, launch: WorkerLaunch) -> None:
         raise WorkerStartError(f"worker {launch.name}: the platform starts this job's workers, not the controller "

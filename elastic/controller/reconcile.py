@@ -162,7 +162,10 @@ def fitting(observed: Observed) -> LocalFit:
 
 
 def waiting_for_capacity(observed: Observed) -> CapacityWait | None:
-    """The job trained before and is below minReplicas now: it waits for capacity (free), and why."""
+    """The job trained before and is below minReplicas now: it waits for capacity (free), and why. A closed job
+    waits for nothing (its agents are gone because it ended)."""
+    if observed.state.closed is not None:
+        return None
     min_replicas = observed.job.spec.min_replicas
     if observed.external_workers:
         running = sum(1 for w in observed.workers if w.alive)

@@ -14,12 +14,14 @@ import re
 import shutil
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from elastic.store.client import Store
 from harness.agents import wait_until
@@ -54,10 +56,11 @@ def _images() -> dict[str, str]:
 class Cluster:
     """One compose project of the repository's docker-compose.yml, on a port and under a name of its own."""
 
-    def __init__(self, images: dict[str, str]) -> None:
+    def __init__(self, images: dict[str, str], job_spec: Path) -> None:
         self.port = _free_port()
         self.project = f"elastic-e2e-{os.getpid()}"
-        self.env = {**os.environ, **images, "ETCD_HOST_PORT": str(self.port), "MAX_RESTARTS": "1", "STEPS": "100000"}
+        self.env = {**os.environ, **images, "ETCD_HOST_PORT": str(self.port), "JOB_SPEC": str(job_spec),
+                    "STEPS": "100000"}
         self.store: Store | None = None
 
     def compose(self, *args: str, timeout: float = 600) -> str:
@@ -85,6 +88,16 @@ class Cluster:
         return subprocess.run(["docker-compose", "-p", self.project, "logs", "--no-color", "worker"], cwd=ROOT,
                               env=self.env, capture_output=True, text=True, timeout=120).stdout
 
+    def status(self) -> dict[str, Any]:
+        return self.get("status") or {}
+
+    def elastic(self, *args: str, exit_code: int = 0) -> str:
+        """`elastic ...` on the host, against the cluster's etcd (published on a loopback port)."""
+        done = subprocess.run([sys.executable, "-m", "elastic.cli.main", *args, "--etcd",
+                               f"http://127.0.0.1:{self.port}"], capture_output=True, text=True, timeout=60)
+        assert done.returncode == exit_code, done.stdout + done.stderr
+        return done.stdout + done.stderr
+
     def round(self) -> dict[str, Any]:
         return self.get("round") or {}
 
@@ -107,13 +120,23 @@ def _state(container: str) -> tuple[str, int]:
     return out[0], int(out[1])
 
 
+def _job_spec(directory: Path) -> Path:
+    """The compose job's own spec with a budget of 1, mounted into the controller (JOB_SPEC)."""
+    spec = yaml.safe_load((ROOT / "examples" / "compose-job.yaml").read_text())
+    spec["spec"]["failurePolicy"]["maxRestarts"] = 1
+    path = directory / "compose-job.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    path.chmod(0o644)  # read by the image's non-root user
+    return path
+
+
 @pytest.fixture
-def cluster() -> Iterator[Cluster]:
+def cluster(tmp_path: Path) -> Iterator[Cluster]:
     if shutil.which("docker-compose") is None or not _docker_answers():
         pytest.skip("no Docker daemon answers, or docker-compose is missing: as root, `apt-get install docker.io "
                     "docker-compose` and `docker/daemon.sh up` (CI does both)")
     started = time.monotonic()
-    made = Cluster(_images())
+    made = Cluster(_images(), _job_spec(tmp_path))
     made.compose("build", timeout=1200)
     print(f"images built in {time.monotonic() - started:.0f} s")
     try:
@@ -131,6 +154,13 @@ def test_compose_cluster_trains_recovers_scales_back_and_closes_on_a_spent_budge
     assert wait_until(lambda: cluster.trains_at(3) and "world_size=3" in cluster.logs(), 300), cluster.logs()
     print(f"training at world 3 {time.monotonic() - started:.1f} s after up")
     assert wait_until(lambda: re.search(r"^\S+\s+\|\s+step=[1-9]\d+ .*world_size=3", cluster.logs(), re.M), 120)
+    # the controller submitted the spec and reports the job as it does locally; the host's CLI reads it
+    assert cluster.get("run")["run_id"] == "compose-demo" and cluster.get("budget")["max"] == 1
+    assert wait_until(lambda: cluster.status().get("replicasText") == "3/3"
+                      and cluster.status().get("progress", {}).get("step", 0) > 0, 60), cluster.status()
+    row = cluster.elastic("status", "compose-demo").splitlines()[1].split()
+    assert row[:5] == ["default/compose-demo", "Running", "3/3", "1", "4"] and row[8].isdigit(), row  # STEP: [8]
+    assert "docker-compose logs worker" in cluster.elastic("logs", "compose-demo", exit_code=1)
     first = cluster.round()["round"]
 
     victim = cluster.workers()[0]
@@ -152,10 +182,12 @@ def test_compose_cluster_trains_recovers_scales_back_and_closes_on_a_spent_budge
     print(f"back at world 3 {time.monotonic() - back:.1f} s after up --scale worker=3")
     assert cluster.get("budget")["used"] == 1, cluster.get("budget")
 
-    # a second failure spends the budget (MAX_RESTARTS=1): the job closes for every agent
+    # a second failure spends the budget (maxRestarts 1 in JOB_SPEC): the job closes for every agent
     subprocess.run(["docker", "kill", cluster.workers()[0]], check=True, capture_output=True)
     assert wait_until(lambda: cluster.get("closed") is not None, 120), cluster.logs()
     assert cluster.get("closed")["reason"] == "BackoffLimitExceeded", cluster.get("closed")
+    assert wait_until(lambda: cluster.status().get("phase") == "Failed", 60), cluster.status()
+    assert "BackoffLimitExceeded" in cluster.elastic("describe", "compose-demo")
     assert wait_until(lambda: not cluster.workers(), 120), cluster.logs()
     states = {c[:12]: _state(c) for c in cluster.workers(running=False)}
     assert len(states) == 3 and all(status == "exited" and code != 0 for status, code in states.values()), states

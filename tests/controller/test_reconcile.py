@@ -278,3 +278,11 @@ def test_external_workers_still_end_the_job_by_deadline_and_capacity_timeout() -
                     external_workers=True)
     (close,) = reconcile(gone)
     assert isinstance(close, CloseJob) and "capacityTimeoutSeconds" in close.message
+
+
+def test_a_closed_job_waits_for_no_capacity_even_with_every_agent_gone() -> None:
+    """Agents a platform runs exit when their job ends: zero of them is the end, not a wait for capacity."""
+    done = JobState(run_id="r", round=SEALED, budget=Budget(3), closed=Closed("Succeeded", "all done", 1.0))
+    for seen in (external(state=done, workers=()), observed(state=done, workers=())):
+        conditions = job_status(seen, None, None)["conditions"]
+        assert not any(c["type"] == "WaitingForCapacity" and c["status"] == "True" for c in conditions), conditions

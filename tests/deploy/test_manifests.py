@@ -1057,8 +1057,30 @@ def test_compose_workers_rendezvous_through_etcd_v3() -> None:
     checkpoint_dir = command[command.index("--checkpoint-dir") + 1]
     volume, _, target = next(v for v in worker["volumes"] if v.endswith(":" + checkpoint_dir)).partition(":")
     assert volume in _compose()["volumes"], "the checkpoint directory is a named volume shared by all workers"
-    assert "etcd" in worker["depends_on"]
+    assert worker["depends_on"] == {"controller": {"condition": "service_healthy"}}, "the spec first, then agents"
     assert target == checkpoint_dir
+
+
+def test_the_compose_controller_submits_the_job_its_workers_join() -> None:
+    """The controller runs the spec (budget, rules, status) of the very job the agents rendezvous in: same name,
+    same run id, bounds the agents' --nnodes allow (examples/compose-job.yaml, mounted as JOB_SPEC)."""
+    from elastic.spec import load_job
+
+    services = _compose()["services"]
+    controller = services["controller"]
+    command = controller["command"]
+    assert command[:4] == ["elastic", "controller", "--backend", "external"], command
+    mounted = command[command.index("--submit") + 1]
+    source = next(v.split(":")[0] for v in controller["volumes"] if v.split(":")[1] == mounted)
+    job = load_job(ROOT / source)
+    worker = services["worker"]["command"]
+    assert _flag(worker, "--rdzv-id") == job.metadata.name
+    assert f"job={job.metadata.namespace}/{job.metadata.name}" in _flag(worker, "--rdzv-conf").split(",")
+    assert not any(conf.startswith("max_restarts=") for conf in _flag(worker, "--rdzv-conf").split(",")), \
+        "the budget is the spec's"
+    low, high = map(int, _flag(worker, "--nnodes").split(":"))
+    assert (low, high) == (job.spec.min_replicas, job.spec.max_replicas)
+    assert "elastic" in controller["healthcheck"]["test"] and job.metadata.name in controller["healthcheck"]["test"]
 
 
 def test_compose_etcd_serves_the_v3_api_only() -> None:
@@ -1067,9 +1089,8 @@ def test_compose_etcd_serves_the_v3_api_only() -> None:
     assert etcd["image"] == ETCD_IMAGE
     assert not any("enable-v2" in str(arg) for arg in etcd["command"]), "v3 API only"
     assert "--listen-client-urls=http://0.0.0.0:2379" in etcd["command"]
-    controller = services["controller"]["command"]
-    assert controller[:4] == ["elastic", "controller", "--backend", "local"]
-    assert controller[controller.index("--etcd") + 1] == "http://etcd:2379"
+    controller = services["controller"]
+    assert controller["environment"]["ELASTIC_ETCD"] == "http://etcd:2379"
 
 
 def test_one_image_everywhere_and_it_runs_as_the_non_root_user() -> None:
