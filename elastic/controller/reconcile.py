@@ -145,7 +145,7 @@ def reconcile(observed: Observed) -> list[ControllerAction]:
         if fit.start:
             actions.append(StartWorkers(fit.start))
     elif len(running) > desired:
-        for worker in _newest_first(running)[: len(running) - desired]:
+        for worker in _scale_down_order(running, observed)[: len(running) - desired]:
             member = member_of(worker.name, state.members)
             actions.append(StopWorker(worker.name, RoundEnd.SCALE_DOWN, member, current.number if current else None))
     return actions
@@ -213,6 +213,19 @@ def _chief_done(observed: Observed) -> str | None:
     if chief is not None and observed.state.done.get(chief) == current.number:
         return chief
     return None
+
+
+def _scale_down_order(running: list[WorkerObservation], observed: Observed) -> list[WorkerObservation]:
+    """Which workers a scale-down stops first: members of the round beyond the job's new size (newest first),
+    then the others, newest first. With spares, the round may hold more members than the new size (a spare was
+    taken in at the old one): stopping the spare instead would leave the job training above the size asked
+    for, with no spare; stopping a member re-forms the round at the size (a free ScaleDown) and keeps the spare.
+    """
+    spec, current = observed.job.spec, observed.state.round
+    size = clamp_replicas(spec.replicas, spec.min_replicas, spec.max_replicas)
+    in_round = [w for w in running if current is not None and member_of(w.name, current.members) is not None]
+    beyond = _newest_first(in_round)[: max(len(in_round) - size, 0)]
+    return [*beyond, *(w for w in _newest_first(running) if w not in beyond)]
 
 
 def _newest_first(workers: list[WorkerObservation]) -> list[WorkerObservation]:

@@ -286,3 +286,17 @@ def test_a_closed_job_waits_for_no_capacity_even_with_every_agent_gone() -> None
     for seen in (external(state=done, workers=()), observed(state=done, workers=())):
         conditions = job_status(seen, None, None)["conditions"]
         assert not any(c["type"] == "WaitingForCapacity" and c["status"] == "True" for c in conditions), conditions
+
+
+def test_a_scale_down_with_a_spare_stops_a_member_beyond_the_new_size_not_the_spare() -> None:
+    """replicas 3 -> 2 with spares 1: the round holds w1..w3 and w4 waits as the spare (the newest). Stopping
+    w4 would leave the job training at 3 with no spare; stopping w3 re-forms the round at 2 and keeps w4."""
+    at_three = Round(5, sealed=True, members={"w1-11-aa": 0, "w2-22-bb": 1, "w3-33-cc": 2})
+    members = {m: Member(m, 5) for m in at_three.members} | {"w4-44-dd": Member("w4-44-dd", 6)}
+    state = JobState(run_id="r", round=at_three, budget=Budget(3), members=members)
+    workers = tuple(alive(f"w{i}", float(i)) for i in range(1, 5))
+    assert reconcile(Observed(job(replicas=2, spares=1), state, workers)) == [
+        StopWorker("w3", "ScaleDown", "w3-33-cc", 5)]
+    # no member beyond the size: the newest goes, as before (a spare, or a newcomer not yet in the round)
+    assert reconcile(Observed(job(replicas=3, spares=0), state, workers)) == [
+        StopWorker("w4", "ScaleDown", "w4-44-dd", 5)]
