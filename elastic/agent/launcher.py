@@ -6,10 +6,10 @@ other's layer. Stock torchrun never tells a rendezvous handler *why* it re-rende
 the job's failure rules (FailJob on exit code 3, ...) cannot be applied to a worker crash that the agent
 restarts in place. This launcher is torchrun itself (same arguments, same code path) with one addition: its
 agent hands its first failed worker's failure (exit code, time of death, its own error) to the handler
-before re-rendezvous. It also makes the job
-budget, not torchrun's per-agent counter, the limit that matters: `--max-restarts` defaults to a large
-number here. As it exits, the agent records its own exit code in etcd (`exit_recorded`), so that a
-controller that adopted it (and so is not its parent) still applies the exit-code rules.
+before re-rendezvous. It also makes the job budget, not torchrun's per-agent counter, the limit that
+matters: `--max-restarts` defaults to a large number here. As it exits, the agent records its own exit code
+in etcd (`exit_recorded`), so that a controller that adopted it (and so is not its parent) still applies
+the exit-code rules.
 
 Its log is where a failed job's root cause is read (`elastic logs`, `elastic status`), so the agent's own
 expected ends are one line each, not tracebacks that bury the worker's error: a closed job (the budget

@@ -11,7 +11,17 @@ from __future__ import annotations
 
 from elastic.cluster.base import WorkerLaunch, WorkerObservation, WorkerStartError
 from elastic.rendezvous.run import JobRun
+from elastic.rendezvous.state import JobState
 from elastic.store import JobKeys, Store
+
+
+def agents_in(state: JobState) -> list[WorkerObservation]:
+    """Every agent holding a member key, less those a sealed round left behind: a lost agent's key stays until
+    its lease runs out (seconds), but its round ended without it, and it is not counted. Pure: the controller
+    derives them from the state it has read anyway."""
+    current = state.round
+    return [WorkerObservation(m.id, alive=True, started_at=m.joined_at) for m in state.members.values()
+            if current is None or not current.sealed or m.id in current.members or m.target > current.number]
 
 
 class ExternalAgents:
@@ -22,12 +32,7 @@ class ExternalAgents:
         self.keys = keys
 
     def observe(self) -> list[WorkerObservation]:
-        """Every agent holding a member key, less those a sealed round left behind: a lost agent's key stays
-        until its lease runs out (seconds), but its round ended without it, and it is not counted."""
-        state = JobRun(self.store, self.keys).read()
-        current = state.round
-        return [WorkerObservation(m.id, alive=True, started_at=m.joined_at) for m in state.members.values()
-                if current is None or not current.sealed or m.id in current.members or m.target > current.number]
+        return agents_in(JobRun(self.store, self.keys).read())
 
     def start(self, launch: WorkerLaunch) -> None:
         raise WorkerStartError(f"worker {launch.name}: the platform starts this job's workers, not the controller "

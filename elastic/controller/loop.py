@@ -14,6 +14,7 @@ from typing import Any
 
 from elastic.cluster import WorkerSet
 from elastic.cluster.base import WorkerLaunch, WorkerStartError
+from elastic.cluster.external import agents_in
 from elastic.codec import CorruptValueError, decode_progress, decode_status
 from elastic.controller.launch import agent_command, agent_env
 from elastic.controller.metrics_export import ControllerMetrics
@@ -100,10 +101,12 @@ class JobController:
         if state.spec is not None and self.spec_from_store:  # `elastic scale` edits the spec in etcd
             self.job = state.spec
         started = self.status.get("startTime")
+        # External agents are their member keys, in the state just read: derived, not read a second time.
+        workers = agents_in(state) if self.external_workers else self.workers.observe()
         return Observed(
             self.job,
             state,
-            tuple(self.workers.observe()),
+            tuple(workers),
             started_at=parse_timestamp(started) if started else None,
             process_cap=self.process_cap,
             processes_elsewhere=self.processes_elsewhere(),
