@@ -19,6 +19,7 @@ import os
 import sys
 import threading
 import time
+import weakref
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -371,16 +372,24 @@ class Session:
 
 
 def _drop_group() -> None:
-    """Destroy the default group and collect it now: its sockets close, so its peers' pending receives fail
-    at once (gloo on torch 2.13: neither abort() nor shutdown() does that, nor a group still referenced)."""
-    if dist.is_initialized():
-        dist.destroy_process_group()
-    else:
+    """Destroy the default group and free it now: its sockets close, so its peers' pending receives fail
+    at once (gloo on torch 2.13: neither abort() nor shutdown() does that, nor a group still referenced).
+
+    Survivors leave a broken group in a cascade (a rank stuck in a ring receive fails only once its neighbour
+    dropped the group), so this is on every recovery's path: a full collection costs 0.1 s in a process with
+    torch loaded, and is only run when a reference cycle (a traceback's frames) still holds the group.
+    """
+    if not dist.is_initialized():
         # A group that failed half-way through init_process_group took a group number without registering
         # a world, and only destroying the world resets the counter: unreset, this process would name its
         # next group "1/" in the store while a fresh peer names it "0/", and neither would ever find the other.
         dist.distributed_c10d._world.group_count = 0
-    gc.collect()
+        gc.collect()
+        return
+    group = weakref.ref(dist.group.WORLD)
+    dist.destroy_process_group()
+    if group() is not None:
+        gc.collect()
 
 
 def _first_line(err: BaseException) -> str:
