@@ -194,13 +194,22 @@ class InPlaceAgent:
         return {rank: m for rank, m in markers.items() if m is not None and m.pid == self.workers[rank].pid}
 
     def _wait_for_exits(self, timeout: float) -> None:
+        """Until a worker exits, the job's keys move (a round ended elsewhere, a joiner waits) or `timeout`.
+
+        Woken by the keys, a survivor re-joins as soon as a peer ended the round, not at its next monitor tick:
+        the next round seals only once its slowest member is back.
+        """
+        changes = self.handler.changes
         running = {p.sentinel: rank for rank, p in self.workers.items() if self.exits[rank] is None}
-        for sentinel in wait(list(running), timeout=timeout) if running else []:
-            rank = running[sentinel]  # type: ignore[index]
+        ready = wait([*running, changes], timeout=timeout)
+        if changes in ready:
+            changes.clear()
+        for sentinel in ready:
+            rank = running.get(sentinel)  # type: ignore[call-overload]
+            if rank is None:
+                continue
             self.workers[rank].join()
             self.exits[rank] = HUNG_EXIT if rank in self.frozen else self.workers[rank].exitcode
-        if not running:
-            time.sleep(timeout)
 
     def _end_frozen_workers(self) -> None:
         """SIGKILL a worker that is past its step deadline and cannot run (stopped, uninterruptible): its own

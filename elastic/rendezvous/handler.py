@@ -62,7 +62,7 @@ from elastic.rendezvous.protocol import (
 )
 from elastic.rendezvous.run import JobRun, RunClosedError
 from elastic.rendezvous.state import Closed, JobState, Member, Round
-from elastic.rendezvous.view import JobView
+from elastic.rendezvous.view import ChangeSignal, JobView
 from elastic.rendezvous.worker_exits import recorded_error
 from elastic.store import LeaseKeeper, Store
 
@@ -88,6 +88,8 @@ class EtcdV3RendezvousHandler(RendezvousHandler):
         )
         self.run = JobRun(self.store, config.job)
         self._view: JobView | None = None
+        # Readable whenever the job's keys move: what the in-place agent waits on beside its workers.
+        self.changes = ChangeSignal()
         self._job_lease: LeaseKeeper | None = None
         self._member_lease: LeaseKeeper | None = None
         self._joined: Round | None = None
@@ -241,7 +243,7 @@ class EtcdV3RendezvousHandler(RendezvousHandler):
             self._job_lease.start()
         self._member_lease = LeaseKeeper.grant(self.store, self.config.lease_seconds)
         self._joined_at = time.time()
-        self._view = JobView(self.run)
+        self._view = JobView(self.run, on_change=self.changes.notify)
         threading.Thread(target=self._answer_incidents, name="incident-answer", daemon=True).start()
 
     def _job_lease_id(self) -> int | None:
@@ -460,6 +462,7 @@ class EtcdV3RendezvousHandler(RendezvousHandler):
                 self._job_lease.stop()
             if self._view is not None:
                 self._view.close()
+            self.changes.close()
 
     def _at_exit(self) -> None:
         """torch skips shutdown() when a signal stops the agent: a stop on purpose, so free by default.

@@ -2,21 +2,70 @@
 
 `num_nodes_waiting()` is polled by torch's agent every monitor interval; answering it from this copy
 keeps steady-state training free of etcd requests (only lease keep-alives remain). Waiters block on
-`wait_for_change` instead of polling.
+`wait_for_change` instead of polling; a process that also waits on other things (the in-place agent, on its
+workers' sentinels) waits on a `ChangeSignal` beside them.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import threading
+from collections.abc import Callable
 
 from elastic.rendezvous.run import JobRun
 from elastic.rendezvous.state import JobState
 from elastic.store import Entry, PrefixWatch
 
 
+class ChangeSignal:
+    """A pipe that becomes readable when the view moves, for `multiprocessing.connection.wait` and `select`.
+
+    The in-place agent sleeps on its workers' sentinels; without this it learned of a round ended elsewhere
+    only at its next monitor tick (0.2 s), and a round waits for its slowest member to re-join.
+    """
+
+    def __init__(self) -> None:
+        self._read, self._write = os.pipe()
+        os.set_blocking(self._read, False)
+        os.set_blocking(self._write, False)
+        self._lock = threading.Lock()
+        self._closed = False  # a closed descriptor's number may be reused: never write to it again
+
+    def fileno(self) -> int:
+        return self._read
+
+    def notify(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            with contextlib.suppress(BlockingIOError):  # full: a wake-up is pending already
+                os.write(self._write, b"\0")
+
+    def clear(self) -> None:
+        """Consume pending wake-ups; call before reading the state, so that a later change wakes again."""
+        with self._lock:
+            if self._closed:
+                return
+            try:
+                while os.read(self._read, 4096):
+                    pass
+            except BlockingIOError:
+                pass
+
+    def close(self) -> None:
+        with self._lock:
+            if not self._closed:
+                self._closed = True
+                os.close(self._read)
+                os.close(self._write)
+
+
 class JobView:
-    def __init__(self, run: JobRun) -> None:
+    def __init__(self, run: JobRun, on_change: Callable[[], None] = lambda: None) -> None:
+        """`on_change`: called (from the watch thread) each time the view moved or its watch failed."""
         self.run = run
+        self._on_change = on_change
         entries, revision = run.store.get_prefix(run.keys.prefix)
         self._entries: dict[str, Entry] = {e.key: e for e in entries}
         self._revision = revision
@@ -44,10 +93,12 @@ class JobView:
                             self._entries[e.key] = Entry(e.key, e.value, e.revision, 0, 0)
                         self._revision = e.revision
                     self._changed.notify_all()
+                self._on_change()
         except BaseException as err:  # a compacted watch: make every reader fall back to etcd
             with self._changed:
                 self._error = err
                 self._changed.notify_all()
+            self._on_change()
 
     @property
     def revision(self) -> int:
