@@ -48,10 +48,13 @@ log = logging.getLogger(__name__)
 
 
 JOB_FINALIZER = "elastic.dev/cleanup"  # on each ElasticJob: its etcd keys go before the object does
-ACTIVE_REQUEUE_SECONDS = 5.0  # a running job is reconciled again at least this often (progress, a safety net)
 # A change under these keys of a job (in etcd) queues the job at once: what a reconcile decides on. Not the
-# agents' torch store, progress or incident answers, which change far more often and decide nothing.
+# agents' torch store or incident answers, which change far more often and decide nothing.
 _DECIDING_KEYS = frozenset({"round", "members", "closed", "budget", "departed", "done", "exits", "incidents"})
+# Rank 0's progress (step, loss) decides nothing: it reaches the job's status at most this long after it moved,
+# so that a training job is reconciled every few seconds, and an idle or waiting one never for it.
+PROGRESS_SECONDS = 5.0
+DUE_MARGIN_SECONDS = 0.05  # a job requeued for a deadline is handled just after it, not a hair before
 RESYNC_SECONDS = 300.0  # every cached job once more, for an event that might have been lost
 # /healthz fails once the last pass, or the last word from the API server on a watch, is older than this:
 # above the watches' read timeout (a dead watch is noticed and retried before the kubelet is told).
@@ -65,7 +68,8 @@ class KubernetesControllerManager:
     Reads come from two informers (machinery/informer.py): the ElasticJobs and every worker pod, each listed once and
     then followed by a watch, so a pass makes no list request at all; a change enqueues its job in a work
     queue (machinery/workqueue.py); a watch of the jobs' keys in etcd queues a job when its round, members or budget
-    change, and a running job is queued again every ACTIVE_REQUEUE_SECONDS. One job's handling never stops
+    change (its progress, within PROGRESS_SECONDS), and a job is queued for a time only when a deadline or
+    timeout of its own falls due then (`reconcile.seconds_until_due`): nothing polls. One job's handling never stops
     another's: an API error for a job (409, 429, 5xx, an RBAC 403) becomes a `ReconcileError` condition and
     a Warning event on that job, and the job is retried after a growing delay; a pod the API server refuses
     for good (Pod Security, an invalid template) fails that job (WorkerStartFailed). Every request has a
@@ -206,6 +210,8 @@ class KubernetesControllerManager:
                         parts = event.key[len(prefix):].split("/") if event is not None else []
                         if len(parts) >= 3 and parts[2] in _DECIDING_KEYS:
                             self.queue.add((parts[0], parts[1]))
+                        elif len(parts) == 3 and parts[2] == "progress":
+                            self.queue.add_after((parts[0], parts[1]), PROGRESS_SECONDS)
             except ElasticError as err:
                 log.warning("etcd watch of %s: %s; watching again", prefix, err)
                 for key in list(self.controllers):  # whatever was missed meanwhile
@@ -367,8 +373,8 @@ class KubernetesControllerManager:
             workers.finish()
             self.finished.add(f"{job_key}/{job.metadata.uid}")
             del self.controllers[job_key]
-        else:
-            self.queue.add_after(key, ACTIVE_REQUEUE_SECONDS)
+        elif controller.due_in is not None:  # a deadline or timeout falls due: nothing else requeues a job
+            self.queue.add_after(key, controller.due_in + DUE_MARGIN_SECONDS)
 
     def _keep_budget(self, job_key: str, job: ElasticJob, check: Callable[[str], None]) -> None:
         """spec.podDisruptionBudget: the job's PDB created, or its minAvailable brought to minReplicas, when

@@ -27,6 +27,7 @@ from elastic.controller.reconcile import (
     StartWorkers,
     StopWorker,
     reconcile,
+    seconds_until_due,
 )
 from elastic.controller.status import FINAL_PHASES, condition_since, corrupt_status, job_status, parse_timestamp
 from elastic.policy.capacity import WAITING_FOR_CAPACITY
@@ -77,6 +78,7 @@ class JobController:
         # What the other jobs of this controller run on the same machine: the cap is the machine's, shared.
         self.processes_elsewhere = processes_elsewhere
         self.processes_in_use = 0  # this job's training processes, as of its last step
+        self.due_in: float | None = None  # after a step: seconds until time alone may change its decision
         self.metrics = metrics
         self.external_workers = external_workers
         self.keys = JobKeys(job.metadata.namespace, job.metadata.name)
@@ -143,6 +145,7 @@ class JobController:
             # classified, nothing charged. The job says why, and carries on once the key is fixed.
             status = corrupt_status(self.status, corrupt, observed.now)
             self._write_status(status)
+            self.due_in = None  # only the key's repair, an event, changes anything
             return status
         actions = reconcile(observed)
         for action in actions:
@@ -154,6 +157,7 @@ class JobController:
         self.processes_in_use = live * observed.job.spec.nproc_per_node
         status = job_status(observed, self.status, progress)
         self._write_status(status)
+        self.due_in = seconds_until_due(observed)
         if self.metrics is not None:
             meta = self.job.metadata
             self.metrics.record(meta.namespace, meta.name, self.run_id, observed.state, status)

@@ -13,10 +13,18 @@ from typing import Any
 
 from elastic.cluster import WorkerObservation
 from elastic.policy.bounds import clamp_replicas
-from elastic.policy.capacity import AGENTS_MISSING, CapacityWait, LocalFit, capacity_timed_out, capacity_wait, local_fit
-from elastic.policy.deadline import deadline_exceeded
+from elastic.policy.capacity import (
+    AGENTS_MISSING,
+    CapacityWait,
+    LocalFit,
+    capacity_due,
+    capacity_timed_out,
+    capacity_wait,
+    local_fit,
+)
+from elastic.policy.deadline import deadline_exceeded, deadline_remaining
 from elastic.policy.incident import Failure, Incident, JobEnd, RoundEnd, incident_of
-from elastic.policy.startup import startup_timed_out
+from elastic.policy.startup import startup_due, startup_timed_out
 from elastic.rendezvous.state import JobState
 from elastic.spec import ElasticJob, SuccessPolicy
 
@@ -93,6 +101,24 @@ def member_of(worker: str, members: Any) -> str | None:
         if member_id.startswith(f"{worker}-") and member_id[len(worker) + 1 :].split("-", 1)[0].isdigit():
             return member_id
     return None
+
+
+def seconds_until_due(observed: Observed) -> float | None:
+    """Seconds until time alone may change what `reconcile` decides: the active deadline, a starting worker's
+    startup timeout or the capacity timeout falling due. None: only an event (a worker, a key in etcd, the
+    spec) can change it. A controller requeues the job then, and otherwise waits for its watches: it never
+    reconciles a job that nothing happened to."""
+    state, spec, now = observed.state, observed.job.spec, observed.now
+    if state.run_id is None or state.closed is not None:
+        return None  # a run not created yet is an action now; a closed job's wind-down follows its workers
+    due = [deadline_remaining(observed.started_at if observed.started_at is not None else now, now,
+                              spec.active_deadline_seconds)]
+    if not observed.trained:
+        due.append(startup_due(observed.workers, now, spec.startup_timeout_seconds, spec.min_replicas))
+    if waiting_for_capacity(observed) is not None:
+        due.append(capacity_due(observed.capacity_wait_since, now, spec.capacity_timeout_seconds))
+    known = [max(d, 0.0) for d in due if d is not None]
+    return min(known) if known else None
 
 
 def reconcile(observed: Observed) -> list[ControllerAction]:

@@ -69,6 +69,14 @@ def capacity_timed_out(waiting_since: float | None, now: float, timeout_seconds:
     return timeout_seconds > 0 and waiting_since is not None and now - waiting_since >= timeout_seconds
 
 
+def capacity_due(waiting_since: float | None, now: float, timeout_seconds: int) -> float | None:
+    """Seconds until a job waiting for capacity times out (None: it never does). A wait whose condition is not
+    written yet (`waiting_since` None) began now."""
+    if timeout_seconds <= 0:
+        return None
+    return max((now if waiting_since is None else waiting_since) + timeout_seconds - now, 0.0)
+
+
 @dataclass(frozen=True)
 class LocalFit:
     """How many of the workers a job lacks this machine can start now, and why not more."""

@@ -65,3 +65,13 @@ def startup_timed_out(
         f"worker {oldest.name} has not started after {int(now - oldest.started_at)} s ({why}){more}; "
         f"{ready} of minReplicas {min_replicas} worker(s) ready (spec.startupTimeoutSeconds: {timeout_seconds})"
     )
+
+
+def startup_due(workers: Iterable[StartingWorker], now: float, timeout_seconds: int, min_replicas: int) -> float | None:
+    """Seconds until `startup_timed_out` may first say yes by time alone (None: only a change of the workers
+    can make it): when the oldest worker still starting reaches the timeout, while the job cannot train."""
+    live = [w for w in workers if w.alive and not w.stopping]
+    if sum(1 for w in live if w.ready and not w.pending) >= min_replicas:
+        return None
+    starting = [w.started_at for w in live if w.pending and w.started_at > 0]
+    return max(min(starting) + timeout_seconds - now, 0.0) if starting else None

@@ -14,6 +14,7 @@ from elastic.controller.reconcile import (
     StartWorkers,
     StopWorker,
     reconcile,
+    seconds_until_due,
 )
 from elastic.controller.status import condition_since, job_status
 from elastic.policy.budget import Budget, Charge
@@ -300,3 +301,45 @@ def test_a_scale_down_with_a_spare_stops_a_member_beyond_the_new_size_not_the_sp
     # no member beyond the size: the newest goes, as before (a spare, or a newcomer not yet in the round)
     assert reconcile(Observed(job(replicas=3, spares=0), state, workers)) == [
         StopWorker("w4", "ScaleDown", "w4-44-dd", 5)]
+
+
+@pytest.mark.parametrize(
+    ("seen", "due"),
+    [
+        pytest.param(observed(), None, id="a healthy job with no deadline: only an event changes anything"),
+        pytest.param(observed(spec=job(activeDeadlineSeconds=600), started_at=900.0, now=1000.0), 500.0,
+                     id="the active deadline, from the job's start"),
+        pytest.param(observed(spec=job(activeDeadlineSeconds=600), now=1000.0), 600.0,
+                     id="a job starting now: its deadline is a whole activeDeadlineSeconds away"),
+        pytest.param(observed(spec=job(activeDeadlineSeconds=60), started_at=0.0, now=1000.0), 0.0,
+                     id="a deadline past is due now"),
+        pytest.param(observed(state=GATHERING, workers=(alive("w1"), STUCK), now=400.0), 300.0,
+                     id="a starting worker's startupTimeoutSeconds (600 s from its creation at 100)"),
+        pytest.param(observed(state=GATHERING, workers=(alive("w1"), STUCK), spec=job(minReplicas=1), now=400.0),
+                     None, id="minReplicas ready: no startup timeout to wait for"),
+        pytest.param(Observed(job(), RUNNING, (alive("w1"), UNSCHEDULABLE), now=2000.0, capacity_wait_since=1000.0),
+                     2600.0, id="below min after training: the capacity timeout (an hour) from when the wait began"),
+        pytest.param(Observed(job(), RUNNING, (alive("w1"), UNSCHEDULABLE), now=2000.0), 3600.0,
+                     id="a wait whose condition is not written yet began now"),
+        pytest.param(Observed(job(capacityTimeoutSeconds=0), RUNNING, (alive("w1"), UNSCHEDULABLE), now=2000.0),
+                     None, id="capacityTimeoutSeconds 0 waits forever: nothing falls due"),
+        pytest.param(Observed(job(activeDeadlineSeconds=7200), RUNNING, (alive("w1"), UNSCHEDULABLE), now=2000.0,
+                              started_at=0.0, capacity_wait_since=1900.0), 3500.0, id="the earliest of several"),
+        pytest.param(observed(state=JobState(**{**RUNNING.__dict__, "closed": Closed("Succeeded", "done")}),
+                              spec=job(activeDeadlineSeconds=1), started_at=0.0), None,
+                     id="a closed job: nothing falls due (its wind-down follows its workers)"),
+        pytest.param(observed(state=JobState(), spec=job(activeDeadlineSeconds=1)), None,
+                     id="no run yet: reconcile acts now, not later"),
+    ],
+)  # fmt: skip
+def test_seconds_until_due_is_when_time_alone_may_change_the_decision(seen: Observed, due: float | None) -> None:
+    """What the controller requeues a job for instead of polling it; checked against reconcile itself: nothing
+    changes a moment before the time due, something does at it."""
+    assert seconds_until_due(seen) == due
+    if due:
+        # What this step writes to the status: the job's start time and when its wait began, if not known yet.
+        written = {**seen.__dict__, "started_at": seen.started_at if seen.started_at is not None else seen.now,
+                   "capacity_wait_since": seen.capacity_wait_since or seen.now}
+        before = Observed(**{**written, "now": seen.now + due - 1.0})
+        at = Observed(**{**written, "now": seen.now + due})
+        assert reconcile(before) == reconcile(seen) != reconcile(at)

@@ -8,6 +8,7 @@ client), the kubelet and the scheduler.
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -308,3 +309,48 @@ def test_a_pod_disruption_budget_keeps_min_replicas_through_a_drain(fake, manage
                     {**job, "spec": {**job["spec"], "podDisruptionBudget": False}}, None)  # fmt: skip
     assert wait_until(lambda: controller.step(0.1) and ("team-a", name) not in fake.objects[
         ("policy", "poddisruptionbudgets")], timeout=10)  # fmt: skip
+
+
+def test_nothing_polls_a_job_nothing_happened_to(fake, manager) -> None:
+    """A job whose workers run and whose keys stay still is not reconciled again (no periodic requeue): at
+    1,000 jobs a requeue every few seconds per job is hundreds of reconciles a second doing nothing."""
+    controller, _ = manager
+    name = f"q-{uuid.uuid4().hex[:6]}"
+    fake.add_job(job_doc(name))
+    for pod in pods_until(fake, controller, name, 2):
+        fake.run_pod(pod, "team-a")
+    key = f"team-a/{name}"
+    steps: list[float] = []
+    assert wait_until(lambda: controller.step(0.1) and key in controller.controllers, timeout=10)
+    job_controller = controller.controllers[key][0]
+    original = job_controller.step
+
+    def counted() -> Any:
+        steps.append(time.monotonic())
+        return original()
+
+    job_controller.step = counted
+    settle = time.monotonic() + 3  # the status follows the pods; then nothing more happens to the job
+    while time.monotonic() < settle:
+        controller.step(0.1)
+    quiet_from = time.monotonic()
+    while time.monotonic() - quiet_from < 7:  # longer than the 5 s requeue this replaced
+        controller.step(0.2)
+    assert [t for t in steps if t > quiet_from] == [], f"reconciled {len(steps)} times, last with nothing changed"
+    fake.set_pod(sorted(fake.pods_of(name, "team-a"))[0], "Failed", exit_code=1, namespace="team-a")
+    assert wait_until(lambda: controller.step(0.1) and any(t > quiet_from for t in steps), timeout=10), (
+        "a pod's failure is an event: the job is reconciled at once")
+
+
+def test_a_deadline_falls_due_with_no_event_and_fails_the_job_at_it(fake, manager) -> None:
+    """Nothing changes, yet the job must fail at activeDeadlineSeconds: the controller requeued it for then."""
+    controller, _ = manager
+    name = f"t-{uuid.uuid4().hex[:6]}"
+    doc = job_doc(name)
+    doc["spec"]["activeDeadlineSeconds"] = 3
+    fake.add_job(doc)
+    for pod in pods_until(fake, controller, name, 2):
+        fake.run_pod(pod, "team-a")
+    status = lambda: fake.jobs[("team-a", name)].get("status") or {}  # noqa: E731
+    assert wait_until(lambda: controller.step(0.2) is not None and status().get("reason") == "DeadlineExceeded",
+                      timeout=20), status()

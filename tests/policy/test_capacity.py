@@ -7,7 +7,7 @@ import pytest
 
 from elastic.cluster import WorkerObservation
 from elastic.cluster.pod_status import waiting_reason
-from elastic.policy.capacity import LocalFit, capacity_timed_out, capacity_wait, local_fit
+from elastic.policy.capacity import LocalFit, capacity_due, capacity_timed_out, capacity_wait, local_fit
 
 READY = WorkerObservation("w1", True)
 UNSCHEDULABLE = WorkerObservation("w2", True, ready=False, pending=True, waiting="Unschedulable: 0/3 nodes")
@@ -37,6 +37,15 @@ def test_capacity_wait(workers, trained: bool, shortfall: str | None, reason: st
 )
 def test_capacity_timed_out(since: float | None, now: float, timeout: int, expected: bool) -> None:
     assert capacity_timed_out(since, now, timeout) is expected
+
+
+@pytest.mark.parametrize(
+    ("since", "now", "timeout", "due"),
+    [(100.0, 130.0, 60, 30.0), (None, 130.0, 60, 60.0), (100.0, 1e9, 60, 0.0), (100.0, 130.0, 0, None)],
+    ids=["the rest of the timeout", "a wait beginning now", "past: due now", "0 waits forever: never"],
+)
+def test_capacity_due(since: float | None, now: float, timeout: int, due: float | None) -> None:
+    assert capacity_due(since, now, timeout) == due
 
 
 @pytest.mark.parametrize(

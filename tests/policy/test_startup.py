@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from elastic.cluster import WorkerObservation
-from elastic.policy.startup import startup_timed_out
+from elastic.policy.startup import startup_due, startup_timed_out
 
 
 def ready(name: str, started: float = 10.0) -> WorkerObservation:
@@ -52,3 +52,18 @@ def test_startup_timeout(workers, now: float, timeout: int, min_replicas: int, e
         assert message is None
     else:
         assert message is not None and all(words in message for words in expected), message
+
+
+@pytest.mark.parametrize(("workers", "now", "min_replicas", "due"), [
+    pytest.param([pending("a", started=10.0)], 300.0, 1, 310.0, id="600 s from the pod's creation"),
+    pytest.param([pending("a", started=500.0), pending("b", started=10.0)], 300.0, 2, 310.0, id="the oldest first"),
+    pytest.param([pending("a", started=10.0)], 1e6, 1, 0.0, id="already late: due now"),
+    pytest.param([ready("a"), pending("b")], 300.0, 1, None, id="minReplicas ready: never"),
+    pytest.param([pending("a", started=0.0)], 300.0, 1, None, id="a creation time never seen: never"),
+    pytest.param([ready("a")], 300.0, 2, None, id="nothing starting: only a new worker can make it due"),
+])  # fmt: skip
+def test_startup_due(workers, now: float, min_replicas: int, due: float | None) -> None:
+    assert startup_due(workers, now, 600, min_replicas) == due
+    if due:  # the same rule as startup_timed_out: not a second before, at once at it
+        assert startup_timed_out(workers, now + due - 1.0, 600, min_replicas) is None
+        assert startup_timed_out(workers, now + due, 600, min_replicas) is not None
