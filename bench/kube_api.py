@@ -9,7 +9,11 @@ controller's alone: its pass loop on the main thread, its Lease renewal, informe
   warm-up   N ElasticJobs of M workers each (minReplicas = maxReplicas = M) are created at once; the
             controller makes their N x M pods, the kubelet runs them; the warm-up ends when all are Running
             (`--warmup` is the most it may take), then `--settle` seconds pass for the statuses to follow
-  window    `--seconds` of steady state: nothing changes, the controller keeps every job converged
+  window    `--seconds` of steady state: the controller keeps every job converged, while `--changes` changes
+            spread over the window are made, one job each, taking turns: a worker pod fails (exit 1: the job
+            charges one restart and replaces the pod) or the job's spec is edited (failurePolicy.maxRestarts);
+            change -> reconcile is from the change to the end of the first `JobController.step` of that job
+            after it (the controller's own pass made the change visible to nothing but its watches)
 
 Requests are counted in this process by wrapping the `ApiClient`'s `rest_client.request` (method and path:
 a GET with `watch=true` is a watch, a GET of a collection a list, of a name a get; POST create, PUT update,
@@ -24,6 +28,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import inspect
+import math
 import multiprocessing as mp
 import re
 import sys
@@ -133,6 +138,8 @@ def serve_fake(fake_dir: str, conn: Connection) -> None:
                     for i in range(jobs):
                         fake.add_job(job_doc(f"job-{i:03d}", pods))
                     conn.send(jobs)
+                elif message[0] == "change":
+                    conn.send(_change(fake, message[1], message[2]))
                 elif message[0] == "counts":
                     with fake.lock:
                         phases = Counter((p.get("status") or {}).get("phase") for p in fake.pods.values())
@@ -142,6 +149,24 @@ def serve_fake(fake_dir: str, conn: Connection) -> None:
             _kubelet(fake)
     finally:
         fake.stop()
+
+
+def _change(fake: Any, kind: str, job: str) -> str:
+    """One change to `job`: a running worker pod fails (exit 1), or the spec is edited (maxRestarts + 1)."""
+    with fake.lock:
+        if kind == "pod":
+            running = sorted(name for name, pod in fake.pods_of(job, NAMESPACE).items()
+                             if (pod.get("status") or {}).get("phase") == "Running")  # fmt: skip
+            if not running:
+                return ""
+            fake.set_pod(running[0], "Failed", exit_code=1, namespace=NAMESPACE)
+            return running[0]
+        obj = fake.jobs[(NAMESPACE, job)]
+        policy = obj["spec"].setdefault("failurePolicy", {})
+        policy["maxRestarts"] = int(policy.get("maxRestarts", 3)) + 1
+        obj["metadata"]["generation"] = int(obj["metadata"].get("generation", 1)) + 1
+        fake._changed("elastic.dev", "elasticjobs", "MODIFIED", obj)
+        return job
 
 
 def _kubelet(fake: Any) -> None:
@@ -200,6 +225,10 @@ class Measurement:
     job_steps: int = 0  # JobController.step calls in the window
     pass_seconds: list[float] = field(default_factory=list)  # the poll's passes, without the 1 s sleep
     api: str = ""
+    change_latency: dict[str, list[float]] = field(default_factory=dict)  # kind -> change -> reconcile, s
+    unreconciled: int = 0  # changes with no step of their job after them by the end
+    rss_mib: float = float("nan")
+    peak_rss_mib: float = float("nan")
 
     def per_min(self, value: float) -> float:
         return value * 60.0 / self.seconds if self.seconds else float("nan")
@@ -222,19 +251,33 @@ def _stepper(manager: Any, pass_seconds: list[float]) -> tuple[str, Any]:
 
 
 class JobSteps:
-    """Counts `JobController.step` calls, one job reconciled once (the unit of work of both versions)."""
+    """Counts `JobController.step` calls, one job reconciled once (the unit of work of both versions), and
+    when each job's steps ended (monotonic), for change -> reconcile."""
 
     def __init__(self) -> None:
         from elastic.controller.loop import JobController
 
         self.count = 0
+        self.ended: dict[str, list[float]] = {}
         original = JobController.step
 
         def step(controller: Any, *args: Any, **kwargs: Any) -> Any:
             self.count += 1  # the manager's pass loop calls it, on one thread
-            return original(controller, *args, **kwargs)
+            try:
+                return original(controller, *args, **kwargs)
+            finally:
+                self.ended.setdefault(controller.job.metadata.name, []).append(time.monotonic())
 
         JobController.step = step  # type: ignore[method-assign]
+
+    def first_after(self, job: str, t: float) -> float | None:
+        return next((e for e in self.ended.get(job, []) if e > t), None)
+
+
+def _rss_mib() -> tuple[float, float]:
+    """This process's resident set now and at its peak (VmRSS, VmHWM), MiB."""
+    fields = dict(line.split(":", 1) for line in Path("/proc/self/status").read_text().splitlines() if ":" in line)
+    return tuple(int(fields[k].split()[0]) / 1024 for k in ("VmRSS", "VmHWM"))  # type: ignore[return-value]
 
 
 def measure(args: argparse.Namespace, fake: FakeProcess, etcd: Any) -> Measurement:
@@ -286,10 +329,25 @@ def measure(args: argparse.Namespace, fake: FakeProcess, etcd: Any) -> Measureme
             etcd_before, fake_before = metrics.sample(), fake.ask("counts")
             requests_before, w0, cpu0 = counter.snapshot(), time.monotonic(), time.process_time()
             steps_before, pass_seconds[:] = job_steps.count, []
+            changes: list[tuple[str, str, float]] = []  # (kind, job, when made)
             while time.monotonic() - w0 < args.seconds:
+                due = w0 + (len(changes) + 0.5) * args.seconds / args.changes if args.changes else math.inf
+                if len(changes) < args.changes and time.monotonic() >= due:
+                    kind = ("pod", "spec")[len(changes) % 2]
+                    job = f"job-{(len(changes) * 7919) % args.jobs:03d}"  # spread over the jobs
+                    made = time.monotonic()
+                    if fake.ask("change", kind, job):
+                        changes.append((kind, job, made))
                 step()
                 result.passes += 1
             cpu1, w1, requests_after = time.process_time(), time.monotonic(), counter.snapshot()
+            result.rss_mib, result.peak_rss_mib = _rss_mib()
+            for kind, job, made in changes:
+                ended = job_steps.first_after(job, made)
+                if ended is None:
+                    result.unreconciled += 1
+                else:
+                    result.change_latency.setdefault(kind, []).append(ended - made)
             result.job_steps, result.pass_seconds = job_steps.count - steps_before, list(pass_seconds)
             etcd_after, fake_after = metrics.sample(), fake.ask("counts")
         finally:
@@ -325,6 +383,7 @@ def report(result: Measurement, code: str) -> list[str]:
     rows.append(("total", total, f"{m.per_min(total):.1f}", f"the fake recorded {m.server_requests}"))
     out.append(common.table(["verb", "requests in window", "per minute", "by resource (in window)"], rows))
     warm = sum(m.warmup_requests.values())
+    every = [v for values in m.change_latency.values() for v in values]
     out.append("\n" + common.table(["metric", "value"], [
         ("controller CPU s per minute (this process)", f"{m.per_min(m.cpu_s):.2f}"),
         ("fake API server + kubelet CPU s per minute (child)", f"{m.per_min(m.fake_cpu_s):.2f}"),
@@ -335,6 +394,10 @@ def report(result: Measurement, code: str) -> list[str]:
          common.Summary.of(m.pass_seconds).text(2) if m.pass_seconds else "- (no poll)"),
         ("warm-up: jobs created -> all pods Running, s", f"{m.warmup_s:.1f}"),
         ("API requests from start to the window", warm),
+        ("controller RSS at the end of the window / peak, MiB", f"{m.rss_mib:.0f} / {m.peak_rss_mib:.0f}"),
+        *((f"change -> reconcile, {kind}, s (p50, p99, max; n)", _latency_text(values))
+          for kind, values in sorted(m.change_latency.items())),
+        ("changes never reconciled by the end", m.unreconciled),
     ]))  # fmt: skip
     values = " ".join(f"{verb}={m.per_min(by_verb[verb]):.1f}" for verb in by_verb)
     resources = " ".join(f"{r}={m.per_min(by_resource[r]):.1f}" for r in sorted(set(RESOURCES) | set(by_resource)))
@@ -343,8 +406,25 @@ def report(result: Measurement, code: str) -> list[str]:
             f"cpu_s_per_min={m.per_min(m.cpu_s):.3f} etcd_requests_per_min={m.per_min(m.etcd_requests):.1f} "
             f"jobs_reconciled_per_min={m.per_min(m.job_steps):.0f} warmup_s={m.warmup_s:.1f} "
             f"jobs={m.jobs} pods={m.pods}",
+            f"RESULT kube_controller_scale jobs={m.jobs} pods={m.pods} cpu_s_per_min={m.per_min(m.cpu_s):.3f} "
+            f"rss_mib={m.rss_mib:.0f} peak_rss_mib={m.peak_rss_mib:.0f} "
+            f"change_to_reconcile_p50_s={_percentile(every, 50):.3f} "
+            f"change_to_reconcile_p99_s={_percentile(every, 99):.3f} changes={len(every) + m.unreconciled} "
+            f"unreconciled={m.unreconciled}",
             f"RESULT kube_api_requests_per_min_by_resource {resources}"]  # fmt: skip
     return out
+
+
+def _percentile(values: list[float], q: float) -> float:
+    """The q-th percentile, nearest rank (with 40 changes, p99 is the slowest)."""
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(q / 100 * len(ordered)) - 1))]
+
+
+def _latency_text(values: list[float]) -> str:
+    return f"{_percentile(values, 50):.3f}, {_percentile(values, 99):.3f}, {max(values):.3f}; n={len(values)}"
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -354,11 +434,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--seconds", type=float, default=60.0, help="measured window in seconds (default 60)")
     parser.add_argument("--warmup", type=float, default=300.0,
                         help="most seconds from creating the jobs until all pods run (default 300)")
+    parser.add_argument("--changes", type=int, default=40,
+                        help="changes made in the window, a pod failing and a spec edit in turn (default 40)")
     parser.add_argument("--settle", type=float, default=5.0,
                         help="seconds after all pods run before the window, for statuses to follow (default 5)")
     args = parser.parse_args(argv)
-    if args.jobs < 1 or args.pods < 1 or args.seconds <= 0 or args.warmup <= 0 or args.settle < 0:
-        parser.error("--jobs and --pods must be >= 1, --seconds and --warmup > 0, --settle >= 0")
+    if args.jobs < 1 or args.pods < 1 or args.seconds <= 0 or args.warmup <= 0 or args.settle < 0 or args.changes < 0:
+        parser.error("--jobs and --pods must be >= 1, --seconds and --warmup > 0, --settle and --changes >= 0")
     return args
 
 

@@ -64,12 +64,18 @@ def test_overhead_runs(tmp_path: Path) -> None:
 
 
 def test_kube_api_runs() -> None:
-    out = run_bench("kube_api.py", "--jobs", "2", "--pods", "2", "--seconds", "3")
+    out = run_bench("kube_api.py", "--jobs", "2", "--pods", "2", "--seconds", "4", "--changes", "2")
     line = re.search(r"^RESULT kube_api_requests_per_min (.+)$", out, re.M)
     assert line, f"no RESULT line in:\n{out[-3000:]}"
     found = dict(pair.split("=") for pair in line[1].split())
     assert {"total", "list", "watch", "get", "create", "patch", "delete", "cpu_s_per_min"} <= set(found), found
     assert float(found["cpu_s_per_min"]) > 0, found  # (3 s may hold no Lease renewal: requests can be 0)
+    scale = re.search(r"^RESULT kube_controller_scale (.+)$", out, re.M)
+    assert scale, f"no scale RESULT line in:\n{out[-3000:]}"
+    found = dict(pair.split("=") for pair in scale[1].split())
+    # a pod failing and a spec edit were made, and at least the first was reconciled within the window
+    assert found["changes"] == "2" and int(found["unreconciled"]) <= 1, found
+    assert float(found["change_to_reconcile_p50_s"]) >= 0 and float(found["rss_mib"]) > 0, found
 
 
 HOT_RESULT = re.compile(
