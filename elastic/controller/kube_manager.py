@@ -30,6 +30,7 @@ from elastic.controller.kube_status import KubeStatus
 from elastic.controller.loop import JobController
 from elastic.controller.machinery.etcd_election import Election
 from elastic.controller.machinery.informer import WATCH_READ_SECONDS, Informer, object_key
+from elastic.controller.machinery.job_events import JobEvents, queue_when_due
 from elastic.controller.machinery.kube_leadership import FencedWorkers, KubeLeadership, exit_on_loss
 from elastic.controller.machinery.lease_election import LEASE_NAME, KubernetesLeases, LeaderElector
 from elastic.controller.machinery.workqueue import WorkQueue
@@ -41,20 +42,12 @@ from elastic.spec import ElasticJob, parse_job
 from elastic.spec.crd import GROUP, PLURAL, VERSION
 from elastic.store import Delete, JobKeys, ModRevisionIs, Put, Store
 from elastic.store.fenced import FencedStore
-from elastic.store.keys import controller_leader_key, job_keys_prefix
-from elastic.store.watch import PrefixWatch
+from elastic.store.keys import controller_leader_key
 
 log = logging.getLogger(__name__)
 
 
 JOB_FINALIZER = "elastic.dev/cleanup"  # on each ElasticJob: its etcd keys go before the object does
-# A change under these keys of a job (in etcd) queues the job at once: what a reconcile decides on. Not the
-# agents' torch store or incident answers, which change far more often and decide nothing.
-_DECIDING_KEYS = frozenset({"round", "members", "closed", "budget", "departed", "done", "exits", "incidents"})
-# Rank 0's progress (step, loss) decides nothing: it reaches the job's status at most this long after it moved,
-# so that a training job is reconciled every few seconds, and an idle or waiting one never for it.
-PROGRESS_SECONDS = 5.0
-DUE_MARGIN_SECONDS = 0.05  # a job requeued for a deadline is handled just after it, not a hair before
 RESYNC_SECONDS = 300.0  # every cached job once more, for an event that might have been lost
 # /healthz fails once the last pass, or the last word from the API server on a watch, is older than this:
 # above the watches' read timeout (a dead watch is noticed and retried before the kubelet is told).
@@ -68,8 +61,8 @@ class KubernetesControllerManager:
     Reads come from two informers (machinery/informer.py): the ElasticJobs and every worker pod, each listed once and
     then followed by a watch, so a pass makes no list request at all; a change enqueues its job in a work
     queue (machinery/workqueue.py); a watch of the jobs' keys in etcd queues a job when its round, members or budget
-    change (its progress, within PROGRESS_SECONDS), and a job is queued for a time only when a deadline or
-    timeout of its own falls due then (`reconcile.seconds_until_due`): nothing polls. One job's handling never stops
+    change (machinery/job_events.py), and a job is queued for a time only when a deadline or timeout of its own
+    falls due then (`reconcile.seconds_until_due`): nothing polls. One job's handling never stops
     another's: an API error for a job (409, 429, 5xx, an RBAC 403) becomes a `ReconcileError` condition and
     a Warning event on that job, and the job is retried after a growing delay; a pod the API server refuses
     for good (Pod Security, an invalid template) fails that job (WorkerStartFailed). Every request has a
@@ -130,7 +123,8 @@ class KubernetesControllerManager:
         self._passed = time.monotonic()  # when the last pass ended (/healthz)
         self._relists = 0  # both informers' relists, as of the last pass
         self._sweep_due = False  # release orphaned tracking finalizers once the caches are in
-        self._closed = threading.Event()
+        # The informers see the API server only; a job's round, members, budget or end change in etcd.
+        self._events = JobEvents(store, self.queue, on_lost=self._requeue_known)
 
     def _job_informer(self) -> Informer:
         enqueue = self._enqueue_job
@@ -188,35 +182,20 @@ class KubernetesControllerManager:
         self.leadership.start()
         self.jobs.start()
         self.pods.start()
-        threading.Thread(target=self._follow_etcd, name="etcd-jobs-watch", daemon=True).start()
+        self._events.start()
         return self
 
     def close(self) -> None:
         """Stop renewing, give the etcd epoch and the Lease up: another replica takes over at once."""
-        self._closed.set()
+        self._events.close()
         self.jobs.stop()
         self.pods.stop()
         self.leadership.close()
 
-    def _follow_etcd(self) -> None:
-        """Queue a job as soon as its round, members, budget or end change in etcd (an agent's report, a
-        lost lease): the informers see the API server only. On any watch failure, start it again."""
-        prefix = job_keys_prefix()
-        while not self._closed.is_set():
-            try:
-                with PrefixWatch(self.store, prefix) as watch:
-                    while not self._closed.is_set():
-                        event = watch.get(timeout=0.5)
-                        parts = event.key[len(prefix):].split("/") if event is not None else []
-                        if len(parts) >= 3 and parts[2] in _DECIDING_KEYS:
-                            self.queue.add((parts[0], parts[1]))
-                        elif len(parts) == 3 and parts[2] == "progress":
-                            self.queue.add_after((parts[0], parts[1]), PROGRESS_SECONDS)
-            except ElasticError as err:
-                log.warning("etcd watch of %s: %s; watching again", prefix, err)
-                for key in list(self.controllers):  # whatever was missed meanwhile
-                    self.queue.add(tuple(key.split("/", 1)))
-                self._closed.wait(1.0)
+    def _requeue_known(self) -> None:
+        """The etcd watch failed: queue every job this replica drives (whatever was missed meanwhile)."""
+        for key in list(self.controllers):
+            self.queue.add(tuple(key.split("/", 1)))
 
     def __enter__(self) -> KubernetesControllerManager:
         return self.start()
@@ -373,8 +352,8 @@ class KubernetesControllerManager:
             workers.finish()
             self.finished.add(f"{job_key}/{job.metadata.uid}")
             del self.controllers[job_key]
-        elif controller.due_in is not None:  # a deadline or timeout falls due: nothing else requeues a job
-            self.queue.add_after(key, controller.due_in + DUE_MARGIN_SECONDS)
+        else:
+            queue_when_due(self.queue, key, controller.due_in)  # nothing but events and due times queue a job
 
     def _keep_budget(self, job_key: str, job: ElasticJob, check: Callable[[str], None]) -> None:
         """spec.podDisruptionBudget: the job's PDB created, or its minAvailable brought to minReplicas, when

@@ -16,9 +16,11 @@ from typing import Any
 
 from elastic.cluster.external import ExternalAgents
 from elastic.cluster.local import LocalProcesses
-from elastic.codec import status_for_display
+from elastic.codec import CorruptValueError, decode_spec, status_for_display
 from elastic.controller.loop import JobController, run_id_of
 from elastic.controller.machinery.etcd_election import Election
+from elastic.controller.machinery.job_events import DECIDING_KEYS, JobEvents, queue_when_due
+from elastic.controller.machinery.workqueue import WorkQueue
 from elastic.controller.metrics_export import ControllerMetrics
 from elastic.controller.status import FINAL_PHASES
 from elastic.controller.submit import list_jobs
@@ -31,6 +33,9 @@ from elastic.store import JobKeys, Store
 from elastic.store.fenced import FencedStore
 
 log = logging.getLogger(__name__)
+
+LOCAL_PROCESS_SECONDS = 0.3  # a job of local processes is stepped this often: their exits are not etcd events
+ELECTION_SECONDS = 1.0  # the longest a pass waits for a queued job: the election is stepped at least this often
 
 
 def local_workers(store: Store, job: ElasticJob, log_dir: Path) -> LocalProcesses:
@@ -53,9 +58,11 @@ class LocalControllerManager:
         process_cap: int | None = None,
         metrics: ControllerMetrics | None = None,
         external_workers: bool = False,
+        period: float = LOCAL_PROCESS_SECONDS,
     ) -> None:
         """`external_workers`: the platform runs every job's agents (compose, `--backend external`): jobs are
-        decided and reported here, no process is started."""
+        decided and reported here, no process is started. `period`: how often a job with local processes is
+        looked at (their exits)."""
         self.store = store
         self.endpoints = endpoints
         self.log_root = log_root
@@ -65,6 +72,8 @@ class LocalControllerManager:
         self.metrics = metrics  # one for the process: what it counted outlives a change of leader
         self.controllers: dict[str, JobController] = {}
         self._acting_as: FencedStore | None = None
+        self.queue = WorkQueue()
+        self.period = period
 
     def controller_for(self, job: ElasticJob, store: Store) -> JobController:
         if self.external_workers:
@@ -78,47 +87,84 @@ class LocalControllerManager:
         """Training processes the other jobs of this controller run: the process cap is the machine's."""
         return sum(c.processes_in_use for k, c in self.controllers.items() if k != key)
 
-    def step(self, on_status: Callable[[str, dict], None] | None = None) -> bool:
-        """One election step, then, while leading, one step of every job. True when this controller acted."""
+    def step(self, on_status: Callable[[str, dict], None] | None = None, wait: float = 0.0) -> bool:
+        """One election step, then, while leading, every job queued now (waiting up to `wait` for one). True
+        when this controller acted. A new term queues every job once; after that a job whose agents the
+        platform runs (`external_workers`) is queued by its keys in etcd (`JobEvents`, started by
+        `run_forever`) and by a deadline of its own falling due, never on a timer; a job of local processes
+        is also stepped every `period` (a process's exit shows in etcd only once its lease lapses)."""
         fenced = self.election.lead()
         if fenced is not self._acting_as:  # a new term (or none): controllers of an old one must not act
             self.controllers.clear()
             self._acting_as = fenced
+            if fenced is not None:
+                self._queue_every_job(fenced)
         if fenced is None:
+            time.sleep(min(wait, LOCAL_PROCESS_SECONDS))  # standing by: try for leadership again soon
             return False
         try:
-            self._step_jobs(fenced, on_status)
+            key = self.queue.get(wait)
+            while key is not None:
+                try:
+                    self._step_job(fenced, key, on_status)  # type: ignore[arg-type]
+                finally:
+                    self.queue.done(key)
+                key = self.queue.get(0)
         except NotLeaderError as err:
             log.warning("%s", err)
             self.controllers.clear()
             return False
         return True
 
-    def _step_jobs(self, store: FencedStore, on_status: Callable[[str, dict], None] | None) -> None:
-        for job in list_jobs(store):
-            if job.key not in self.controllers:
-                keys = JobKeys(job.metadata.namespace, job.metadata.name)
-                entry = store.get(keys.status)
-                status = status_for_display(keys.status, entry.value if entry else None)
-                if status.get("phase") in FINAL_PHASES and not store.get_prefix(keys.workers_prefix)[0]:
-                    continue
-                self.controllers[job.key] = self.controller_for(job, store)
-        for key, controller in list(self.controllers.items()):
-            status = controller.step()
-            if on_status is not None:
-                on_status(key, status)
-            if controller.done():
-                controller.finish()
-                del self.controllers[key]
-
-    def run_forever(self, on_status: Callable[[str, dict], None] | None = None, period: float = 0.3) -> None:
+    def run_forever(self, on_status: Callable[[str, dict], None] | None = None) -> None:
         """Act while leading, stand by otherwise; on the way out, hand leadership over at once."""
+        events = JobEvents(self.store, self.queue, on_lost=self._queue_known,
+                           deciding=DECIDING_KEYS | {"spec"}).start()  # `elastic submit`, `elastic scale`
         try:
             while True:
-                self.step(on_status)
-                time.sleep(period)
+                self.step(on_status, wait=ELECTION_SECONDS)
         finally:
+            events.close()
             self.election.resign()
+
+    def _queue_every_job(self, store: Store) -> None:
+        for job in list_jobs(store):
+            self.queue.add((job.metadata.namespace, job.metadata.name))
+
+    def _queue_known(self) -> None:
+        for key in list(self.controllers):
+            self.queue.add(tuple(key.split("/", 1)))
+
+    def _step_job(self, store: FencedStore, key: tuple[str, str], on_status: Callable[[str, dict], None] | None,
+                  ) -> None:
+        job_key = "/".join(key)
+        controller = self.controllers.get(job_key)
+        if controller is None:
+            keys = JobKeys(*key)
+            entry = store.get(keys.spec)
+            if entry is None:
+                return  # not submitted (yet), or deleted
+            try:
+                job = decode_spec(entry.key, entry.value)
+            except CorruptValueError as err:  # logged and skipped, as `list_jobs` does: never fatal to the rest
+                log.warning("%s", err)
+                return
+            status_entry = store.get(keys.status)
+            status = status_for_display(keys.status, status_entry.value if status_entry else None)
+            if status.get("phase") in FINAL_PHASES and not store.get_prefix(keys.workers_prefix)[0]:
+                return
+            controller = self.controllers[job_key] = self.controller_for(job, store)
+        status = controller.step()
+        if on_status is not None:
+            on_status(job_key, status)
+        if controller.done():
+            controller.finish()
+            del self.controllers[job_key]
+        elif not self.external_workers:
+            # Local processes: their exits, and room freed by another job's, are seen by looking (every period).
+            self.queue.add_after(key, self.period)
+        else:
+            queue_when_due(self.queue, key, controller.due_in)
 
 
 class LocalJobRunner:
