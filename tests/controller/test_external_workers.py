@@ -65,6 +65,8 @@ def test_the_controller_of_agents_a_platform_starts_runs_the_spec_and_starts_not
         assert wait_until(lambda: status_is(phase="Running", worldSize=1, replicasText="1/2", restartsText="2/2"),
                           STARTUP), outputs()
 
+        # the status follows the sealed round, which comes before the survivor's new worker process does
+        assert wait_until(lambda: bool(agents[1].worker_pids()), STARTUP), outputs()
         agents[1].kill_worker()  # the budget is spent: every agent's job is closed, and they exit non-zero
         assert wait_until(lambda: status_is(phase="Failed", reason="BackoffLimitExceeded"), STARTUP), outputs()
         assert agents[1].wait(60) != 0, outputs()
