@@ -44,7 +44,7 @@ from urllib.parse import parse_qs, urlsplit
 if not __package__:  # run as a script: bench/ is on sys.path, the repo root (bench, harness) is not
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import common
+from bench import common, probe
 
 NAMESPACE = "bench"
 KUBELET_SECONDS = 0.5
@@ -250,36 +250,6 @@ def _stepper(manager: Any, pass_seconds: list[float]) -> tuple[str, Any]:
     return "1 s poll: step(); sleep(1)", poll
 
 
-class JobSteps:
-    """Counts `JobController.step` calls, one job reconciled once (the unit of work of both versions), and
-    when each job's steps ended (monotonic), for change -> reconcile."""
-
-    def __init__(self) -> None:
-        from elastic.controller.loop import JobController
-
-        self.count = 0
-        self.ended: dict[str, list[float]] = {}
-        original = JobController.step
-
-        def step(controller: Any, *args: Any, **kwargs: Any) -> Any:
-            self.count += 1  # the manager's pass loop calls it, on one thread
-            try:
-                return original(controller, *args, **kwargs)
-            finally:
-                self.ended.setdefault(controller.job.metadata.name, []).append(time.monotonic())
-
-        JobController.step = step  # type: ignore[method-assign]
-
-    def first_after(self, job: str, t: float) -> float | None:
-        return next((e for e in self.ended.get(job, []) if e > t), None)
-
-
-def _rss_mib() -> tuple[float, float]:
-    """This process's resident set now and at its peak (VmRSS, VmHWM), MiB."""
-    fields = dict(line.split(":", 1) for line in Path("/proc/self/status").read_text().splitlines() if ":" in line)
-    return tuple(int(fields[k].split()[0]) / 1024 for k in ("VmRSS", "VmHWM"))  # type: ignore[return-value]
-
-
 def measure(args: argparse.Namespace, fake: FakeProcess, etcd: Any) -> Measurement:
     from kubernetes import client
 
@@ -298,7 +268,7 @@ def measure(args: argparse.Namespace, fake: FakeProcess, etcd: Any) -> Measureme
         counter = RequestCounter(api_client)
         manager = KubernetesControllerManager(store, etcd.client_url, api_client, "bench-controller",
                                               "elastic-system").start()  # fmt: skip
-        job_steps, pass_seconds = JobSteps(), []
+        job_steps, pass_seconds = probe.JobSteps(), []
         result.api, step = _stepper(manager, pass_seconds)
         try:
             deadline = time.monotonic() + 60
@@ -341,7 +311,7 @@ def measure(args: argparse.Namespace, fake: FakeProcess, etcd: Any) -> Measureme
                 step()
                 result.passes += 1
             cpu1, w1, requests_after = time.process_time(), time.monotonic(), counter.snapshot()
-            result.rss_mib, result.peak_rss_mib = _rss_mib()
+            result.rss_mib, result.peak_rss_mib = probe.rss_mib()
             for kind, job, made in changes:
                 ended = job_steps.first_after(job, made)
                 if ended is None:
@@ -395,7 +365,7 @@ def report(result: Measurement, code: str) -> list[str]:
         ("warm-up: jobs created -> all pods Running, s", f"{m.warmup_s:.1f}"),
         ("API requests from start to the window", warm),
         ("controller RSS at the end of the window / peak, MiB", f"{m.rss_mib:.0f} / {m.peak_rss_mib:.0f}"),
-        *((f"change -> reconcile, {kind}, s (p50, p99, max; n)", _latency_text(values))
+        *((f"change -> reconcile, {kind}, s (p50, p99, max; n)", probe.latency_text(values))
           for kind, values in sorted(m.change_latency.items())),
         ("changes never reconciled by the end", m.unreconciled),
     ]))  # fmt: skip
@@ -408,23 +378,11 @@ def report(result: Measurement, code: str) -> list[str]:
             f"jobs={m.jobs} pods={m.pods}",
             f"RESULT kube_controller_scale jobs={m.jobs} pods={m.pods} cpu_s_per_min={m.per_min(m.cpu_s):.3f} "
             f"rss_mib={m.rss_mib:.0f} peak_rss_mib={m.peak_rss_mib:.0f} "
-            f"change_to_reconcile_p50_s={_percentile(every, 50):.3f} "
-            f"change_to_reconcile_p99_s={_percentile(every, 99):.3f} changes={len(every) + m.unreconciled} "
+            f"change_to_reconcile_p50_s={probe.percentile(every, 50):.3f} "
+            f"change_to_reconcile_p99_s={probe.percentile(every, 99):.3f} changes={len(every) + m.unreconciled} "
             f"unreconciled={m.unreconciled}",
             f"RESULT kube_api_requests_per_min_by_resource {resources}"]  # fmt: skip
     return out
-
-
-def _percentile(values: list[float], q: float) -> float:
-    """The q-th percentile, nearest rank (with 40 changes, p99 is the slowest)."""
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, math.ceil(q / 100 * len(ordered)) - 1))]
-
-
-def _latency_text(values: list[float]) -> str:
-    return f"{_percentile(values, 50):.3f}, {_percentile(values, 99):.3f}, {max(values):.3f}; n={len(values)}"
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

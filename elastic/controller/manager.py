@@ -118,14 +118,18 @@ class LocalControllerManager:
 
     def run_forever(self, on_status: Callable[[str, dict], None] | None = None) -> None:
         """Act while leading, stand by otherwise; on the way out, hand leadership over at once."""
-        events = JobEvents(self.store, self.queue, on_lost=self._queue_known,
-                           deciding=DECIDING_KEYS | {"spec"}).start()  # `elastic submit`, `elastic scale`
+        events = self.watch_jobs()
         try:
             while True:
                 self.step(on_status, wait=ELECTION_SECONDS)
         finally:
             events.close()
             self.election.resign()
+
+    def watch_jobs(self) -> JobEvents:
+        """Start following every job's keys: a change that decides something queues its job."""
+        return JobEvents(self.store, self.queue, on_lost=self._queue_known,
+                         deciding=DECIDING_KEYS | {"spec"}).start()  # `elastic submit`, `elastic scale`
 
     def _queue_every_job(self, store: Store) -> None:
         for job in list_jobs(store):

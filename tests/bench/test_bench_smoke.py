@@ -78,6 +78,18 @@ def test_kube_api_runs() -> None:
     assert float(found["change_to_reconcile_p50_s"]) >= 0 and float(found["rss_mib"]) > 0, found
 
 
+
+def test_local_jobs_runs() -> None:
+    out = run_bench("local_jobs.py", "--jobs", "3", "--workers", "2", "--seconds", "4", "--changes", "2",
+                    "--settle", "0.5")
+    line = re.search(r"^RESULT local_controller_scale (.+)$", out, re.M)
+    assert line, f"no RESULT line in:\n{out[-3000:]}"
+    found = dict(pair.split("=") for pair in line[1].split())
+    # an agent lost and a spec edit were made, both reconciled: the watch queues the job, nothing polls
+    assert found["changes"] == "2" and found["unreconciled"] == "0", found
+    assert float(found["change_to_reconcile_p99_s"]) < 4 and float(found["rss_mib"]) > 0, found
+    assert float(found["etcd_requests_per_min"]) > 0, found
+
 HOT_RESULT = re.compile(
     r"^RESULT hot_worker_crash_recovery_s median=(\S+) p90=(\S+) restart=(\S+) c10d_defaults=(\S+) "
     r"ratio_vs_restart=(\S+) ratio_vs_c10d=(\S+) clean=(\d+)/(\d+)$", re.M)
