@@ -244,7 +244,7 @@ class Store:
     def unavailable(self, what: str, err: BaseException) -> StoreUnavailableError:
         return StoreUnavailableError(
             f"etcd at {self.endpoints_text} did not answer {what} within {self.retry_seconds:g} s "
-            f"(last error: {_describe(err)}). Check that etcd is running and reachable at that "
+            f"(last error: {describe_error(err)}). Check that etcd is running and reachable at that "
             "address, or pass the right endpoint (--etcd / --rdzv-endpoint)."
         )
 
@@ -364,9 +364,12 @@ def _op(o: Op) -> Any:
     return etcd_txn.Delete(o.key)
 
 
-def _describe(err: BaseException) -> str:
+def describe_error(err: BaseException) -> str:
+    """An etcd client error in a few words (a bare gRPC error's str() is empty: its code and details)."""
     if isinstance(err, etcd_exceptions.NoServerAvailableError):
         return "no endpoint reachable"
+    if isinstance(err, grpc.RpcError) and hasattr(err, "code"):
+        return f"{err.code().name}: {_rpc_details(err)}"
     return str(err) or type(err).__name__
 
 

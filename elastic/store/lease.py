@@ -13,9 +13,16 @@ import threading
 import time
 from collections.abc import Callable
 
-from elastic.store.client import TRANSIENT_ERRORS, Store
+import grpc
+
+from elastic.store.client import TRANSIENT_ERRORS, Store, describe_error
 
 log = logging.getLogger(__name__)
+
+# A keep-alive that failed, for whatever reason etcd or the channel gives, is retried until a whole TTL has
+# passed; never may it end the keeper's thread unseen. An overloaded etcd answers `UNKNOWN: context deadline
+# exceeded`, which pyetcd passes through as a bare gRPC error (seen at 256 members on 2 cores).
+KEEP_ALIVE_ERRORS: tuple[type[BaseException], ...] = (*TRANSIENT_ERRORS, grpc.RpcError)
 
 
 class LeaseKeeper:
@@ -60,11 +67,11 @@ class LeaseKeeper:
         while not self._stop.wait(interval):
             try:
                 remaining = self.store.refresh_once(self.lease_id)
-            except TRANSIENT_ERRORS as err:
+            except KEEP_ALIVE_ERRORS as err:
                 self.last_failure = time.monotonic()
                 if time.monotonic() - last_ok > self.ttl:
                     self.unreachable = True
-                    self._lose(f"no keep-alive reached etcd for {self.ttl} s ({err})")
+                    self._lose(f"no keep-alive reached etcd for {self.ttl} s ({describe_error(err)})")
                     return
                 log.debug("lease %x keep-alive failed, will retry: %s", self.lease_id, err)
                 # Back off: when etcd is overloaded, N keepers retrying every 0.2 s only overload it more.

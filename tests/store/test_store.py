@@ -7,11 +7,13 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import grpc
 import pytest
 
 from elastic.errors import StoreUnavailableError
 from elastic.store import LeaseKeeper, ModRevisionIs, PrefixWatch, Put, Store, UnchangedSince
 from elastic.store.server import EtcdServer, free_port
+from harness.agents import wait_until
 from harness.fixtures import available_etcd_binaries
 
 
@@ -97,6 +99,43 @@ def test_keeper_reports_a_lease_revoked_elsewhere(store: Store) -> None:
     assert keeper.lost.wait(timeout=5)
     assert lost and "expired or was revoked" in lost[0]
 
+
+
+class _DeadlineExceeded(grpc.RpcError):
+    """What an overloaded etcd answers a keep-alive (pyetcd raises it bare): UNKNOWN, context deadline exceeded."""
+
+    def code(self) -> grpc.StatusCode:
+        return grpc.StatusCode.UNKNOWN
+
+    def details(self) -> str:
+        return "context deadline exceeded"
+
+
+class _OverloadedStore(Store):
+    """A real etcd, with keep-alives failing as an overloaded one fails them while `overloaded` is set."""
+
+    overloaded = threading.Event()
+
+    def refresh_once(self, lease_id: int) -> int:
+        if self.overloaded.is_set():
+            raise _DeadlineExceeded()
+        return super().refresh_once(lease_id)
+
+
+def test_keeper_rides_out_an_overloaded_etcd_and_says_when_the_lease_is_lost(etcd_server: EtcdServer) -> None:
+    with _OverloadedStore(etcd_server.client_url) as store:
+        keeper = LeaseKeeper.grant(store, ttl=3)
+        store.overloaded.set()
+        assert wait_until(lambda: keeper.last_failure is not None, 5), "the keep-alive should have failed"
+        store.overloaded.clear()
+        time.sleep(4)  # longer than the TTL: the keeper must have refreshed after the overload
+        assert not keeper.lost.is_set(), keeper.lost_reason
+        assert store.lease_ttl(keeper.lease_id) > 0
+        store.overloaded.set()  # now for longer than the TTL: lost, and said so, never a thread dying unseen
+        assert keeper.lost.wait(timeout=10)
+        assert "no keep-alive reached etcd for 3 s" in keeper.lost_reason and "deadline" in keeper.lost_reason
+        store.overloaded.clear()
+        keeper.stop()
 
 @pytest.fixture(params=sorted(available_etcd_binaries().items()), ids=lambda p: f"etcd{p[0]}")
 def own_server(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[EtcdServer]:
