@@ -216,7 +216,8 @@ class EtcdMetrics:
 
     `requests` are gRPC messages etcd received from clients (`grpc_server_msg_received_total`): one per
     unary call (Range, Put, Txn, LeaseGrant, ...) and one per message on a stream (each lease keep-alive,
-    each watch create/cancel). `bytes_sent` is everything etcd sent to clients: what the members read.
+    each watch create/cancel). `bytes_sent` is everything etcd sent to clients: what the members read;
+    `events_sent` the watch events it delivered (one per watcher a change concerns).
     """
 
     def __init__(self, client_url: str) -> None:
@@ -237,6 +238,8 @@ class EtcdMetrics:
                     out["bytes_sent"] = float(m.group(5))
                 elif m.group(4) == "etcd_network_client_grpc_received_bytes_total":
                     out["bytes_received"] = float(m.group(5))
+                elif m.group(4) == "etcd_debugging_mvcc_events_total":  # watch events sent to watchers
+                    out["events_sent"] = float(m.group(5))
                 continue
             name, labels, value = m.group(1), dict(_LABEL.findall(m.group(2))), float(m.group(3))
             if name == "grpc_server_msg_received_total" and labels.get("grpc_service", "").startswith("etcdserverpb"):
@@ -300,18 +303,11 @@ def etcd_v2_server():  # pragma: no cover - only where python-etcd exists
     return EtcdV2Server(binary=Path(shutil.which("etcd") or "etcd"))
 
 
-def etcd_server(extra_flags: list[str] | None = None):
-    """The managed local etcd (elastic.store.server.EtcdServer), with extra server flags if given."""
+def etcd_server():
+    """The managed local etcd (elastic.store.server.EtcdServer): stock server flags."""
     from elastic.store.server import EtcdServer
 
-    if not extra_flags:
-        return EtcdServer()
-
-    class TunedEtcdServer(EtcdServer):
-        def command(self) -> list[str]:
-            return [*super().command(), *extra_flags]
-
-    return TunedEtcdServer()
+    return EtcdServer()
 
 
 def log(message: str) -> None:

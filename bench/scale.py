@@ -1,12 +1,14 @@
 """Rendezvous at scale: N simulated members, no training, each backend's handler driven directly.
 
-N members call `next_rendezvous()` at the same instant (--nnodes=N:N, so the round seals when the N-th
-member arrives and no last-call wait applies: the defaults and the equal settings coincide). Each member
-is one handler with its own store connection, run as a thread; `--members-per-proc` members (default 4)
-share one worker process. The worker processes are forked from a forkserver that imported torch once, so
-N/4 processes fit in memory where N processes each importing torch would not; few members per process
-matters because N handlers in one Python process mostly contend for its GIL (the etcd-v3 handler has a
-few background threads: lease keep-alive, watch). Measured per round:
+N members call `next_rendezvous()` at the same instant (--nnodes=N-1:N, so the round seals when the N-th
+member arrives and no last-call wait applies: the defaults and the equal settings coincide; N - 1 members
+may go on after a loss). Each member
+is one handler with its own lease and its own etcd connection, running the protocol's real decisions, as a
+thread; many members share one worker process (`--members-per-proc`, default N / 16), so that 1,024 members
+fit on 2 cores: what is measured is etcd and the protocol, not 1,024 Python interpreters. The worker
+processes are forked from a forkserver that imported torch once. Then (etcd-v3) the member at rank N / 2
+dies: its keep-alives stop, nothing is revoked; the others ask `num_nodes_waiting()` every 0.1 s, as
+torch's agent does, and rendezvous again once it turns positive. Measured per round:
 
   time      from the common start to the moment the last member holds its rank (ranks 0..N-1, world N)
   requests  etcd-v3: gRPC messages etcd received (its /metrics, grpc_server_msg_received_total: every
@@ -16,6 +18,9 @@ few background threads: lease keep-alive, watch). Measured per round:
             to calls + gets messages)
   bytes     etcd-v3: bytes etcd sent to clients (etcd_network_client_grpc_sent_bytes_total);
             c10d: bytes returned by get/compare_set (the pickled rendezvous state, read again and again)
+  events    etcd-v3: watch events etcd delivered (etcd_debugging_mvcc_events_total)
+  loss      etcd-v3: from the member's death to the last survivor ranked in a round of N - 1 (the lease
+            must lapse first: `--lease-seconds`), with the same counters for that round
 
 c10d's store is hosted by this benchmark's process (in torchrun the first agent hosts it).
 """
@@ -29,6 +34,7 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,36 +44,24 @@ if not __package__:  # run as a script: bench/ is on sys.path, the repo root (be
 
 from bench import common
 from bench.handlers import c10d_store_server, make_handler
+from elastic.spec import defaults
 
 BACKENDS = ("etcd-v3", "c10d")
+PROCESSES = 16  # member processes at most, by default: each holds torch (shared by fork) and its threads
+MONITOR_SECONDS = 0.1  # torch's agent asks num_nodes_waiting() this often (--monitor-interval)
 
 
 def member_process(conn: Any, backend: str, endpoint: str, run_id: str, n: int, indices: list[int],
-                   timeout: float) -> None:
-    """One worker process: build its handlers, wait for the common start, rendezvous, report, exit hard."""
+                   timeout: float, conf: dict[str, Any]) -> None:
+    """One worker process: build its handlers, wait for the common start, rendezvous, report; then, told so,
+    lose one member and re-rendezvous the others (etcd-v3); exit hard."""
     try:
-        made = [make_handler(backend, endpoint, run_id, n, n, i) for i in indices]
+        made = [make_handler(backend, endpoint, run_id, max(n - 1, 1), n, i, conf if backend == "etcd-v3" else None)
+                for i in indices]  # fmt: skip
         conn.send(("ready", os.getpid()))
         go_at = conn.recv()
         cpu_before = _cpu_seconds()
-        results: list[Any] = [None] * len(made)
-
-        def member(k: int) -> None:
-            delay = go_at - time.time()
-            if delay > 0:
-                time.sleep(delay)
-            try:
-                info = made[k][0].next_rendezvous()
-                results[k] = (time.time(), info.rank, info.world_size, None)
-            except Exception as err:
-                results[k] = (time.time(), -1, -1, f"{type(err).__name__}: {err}")
-
-        threads = [threading.Thread(target=member, args=(k,), daemon=True) for k in range(len(made))]
-        for t in threads:
-            t.start()
-        deadline = go_at + timeout
-        for t in threads:
-            t.join(max(deadline - time.time(), 0.01))
+        results = _in_threads(len(made), lambda k: _rendezvous(made[k][0], go_at), go_at + timeout)
         calls: dict[str, int] = {}
         bytes_read = 0
         for _, store in made:
@@ -76,11 +70,67 @@ def member_process(conn: Any, backend: str, endpoint: str, run_id: str, n: int, 
                     calls[op] = calls.get(op, 0) + count
                 bytes_read += store.bytes_read
         conn.send(("done", results, calls, bytes_read, _cpu_seconds() - cpu_before))
+        command = conn.recv()
+        if command[0] == "lose":
+            _, victim, lose_at = command
+            cpu_before = _cpu_seconds()
+            survivors = [k for k, i in enumerate(indices) if i != victim]
+            if len(survivors) < len(indices):
+                _vanish(made[indices.index(victim)][0], lose_at)
+            found = _in_threads(len(survivors), lambda j: _after_loss(made[survivors[j]][0], lose_at + timeout),
+                                lose_at + timeout)  # fmt: skip
+            conn.send(("rejoined", found, _cpu_seconds() - cpu_before))
     except BaseException as err:
         conn.send(("error", f"{type(err).__name__}: {err}"))
     finally:
         conn.close()
         os._exit(0)  # no orderly shutdown of N handlers: the next measurement needs the CPU
+
+
+def _in_threads(count: int, work: Callable[[int], Any], deadline: float) -> list[Any]:
+    """`work(k)` for k in range(count), one thread each; what each returned (None: not done by `deadline`)."""
+    results: list[Any] = [None] * count
+
+    def run(k: int) -> None:
+        results[k] = work(k)
+
+    threads = [threading.Thread(target=run, args=(k,), daemon=True) for k in range(count)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(max(deadline - time.time(), 0.01))
+    return results
+
+
+def _rendezvous(handler: Any, at: float) -> tuple[float, int, int, str | None]:
+    """(when it returned, rank, world size, error) of one `next_rendezvous()` started at `at`."""
+    delay = at - time.time()
+    if delay > 0:
+        time.sleep(delay)
+    try:
+        info = handler.next_rendezvous()
+        return (time.time(), info.rank, info.world_size, None)
+    except Exception as err:
+        return (time.time(), -1, -1, f"{type(err).__name__}: {err}")
+
+
+def _vanish(handler: Any, at: float) -> None:
+    """At `at`, the member dies as a crashed node does: no more keep-alives (its lease lapses after its TTL, and
+    its key with it), no more answers. Nothing is revoked and nothing says goodbye."""
+    time.sleep(max(at - time.time(), 0.0))
+    handler._shut_down = True  # its incident-answering thread stops
+    handler._member_lease.stop()
+    handler._view.close()
+
+
+def _after_loss(handler: Any, deadline: float) -> tuple[float, int, int, str | None]:
+    """What torch's agent does while training: ask `num_nodes_waiting()` every monitor interval; once a change is
+    seen, rendezvous again. (when it returned, rank, world size, error)"""
+    while handler.num_nodes_waiting() == 0:
+        if time.time() > deadline:
+            return (time.time(), -1, -1, "no membership change seen")
+        time.sleep(MONITOR_SECONDS)
+    return _rendezvous(handler, 0.0)
 
 
 @dataclass
@@ -95,6 +145,21 @@ class Measurement:
     note: str = ""
     client_cpu: float = 0.0  # CPU seconds the member processes used from the start to the last rank
     server_cpu: float = 0.0  # CPU seconds of the store's process (etcd; the c10d store's host process)
+    events: float = math.nan  # watch events etcd delivered in the round (etcd-v3)
+    loss: Round | None = None  # one member lost, the others in the next round (etcd-v3)
+
+
+@dataclass
+class Round:
+    """What one round cost etcd: from a start (the common start, a member's loss) to the last member ranked."""
+
+    seconds: float | None
+    requests: float
+    events: float
+    bytes_sent: float
+    server_cpu: float
+    client_cpu: float
+    note: str = ""
 
 
 PRELOAD = ["torch", "torch.distributed.elastic.rendezvous.dynamic_rendezvous",
@@ -102,7 +167,7 @@ PRELOAD = ["torch", "torch.distributed.elastic.rendezvous.dynamic_rendezvous",
 
 
 def measure(backend: str, n: int, repeat: int, per_proc: int, etcd_url: str, etcd_pid: int | None,
-            timeout: float) -> Measurement:
+            timeout: float, conf: dict[str, Any], lose: bool) -> Measurement:
     run_id = f"scale-{n}-{time.time_ns() % 10**12}"
     server = None
     if backend == "c10d":
@@ -120,11 +185,13 @@ def measure(backend: str, n: int, repeat: int, per_proc: int, etcd_url: str, etc
     pipes, workers = [], []
     for indices in groups:
         parent, child = ctx.Pipe()
-        worker = ctx.Process(target=member_process, args=(child, backend, endpoint, run_id, n, indices, timeout))
+        worker = ctx.Process(target=member_process,
+                             args=(child, backend, endpoint, run_id, n, indices, timeout, conf))  # fmt: skip
         worker.start()
         child.close()
         pipes.append(parent)
         workers.append(worker)
+    loss = None
     try:
         for conn in pipes:
             if not conn.poll(300):
@@ -142,11 +209,7 @@ def measure(backend: str, n: int, repeat: int, per_proc: int, etcd_url: str, etc
         client_cpu = 0.0
         server_before = _cpu_seconds(server_pid)
         for conn in pipes:
-            if not conn.poll(timeout + 60):
-                raise RuntimeError("a member process did not report")
-            message = conn.recv()
-            if message[0] != "done":
-                raise RuntimeError(f"member process failed: {message[1]}")
+            message = _receive(conn, timeout + 60, "done")
             results += message[1]
             for op, count in message[2].items():
                 calls[op] = calls.get(op, 0) + count
@@ -154,26 +217,68 @@ def measure(backend: str, n: int, repeat: int, per_proc: int, etcd_url: str, etc
             client_cpu += message[4]
         after = metrics.sample()
         server_cpu = _cpu_seconds(server_pid) - server_before
+        seconds, note = _ranked(results, n, go_at, timeout)
+        if lose and backend == "etcd-v3" and seconds is not None:
+            loss = _lose_one(pipes, groups, results, n, metrics, server_pid, timeout)
+        else:
+            for conn in pipes:
+                conn.send(("stop",))
     finally:
         for worker in workers:
             worker.join(10)
             if worker.is_alive():
                 worker.kill()
                 worker.join()
-    done = [r for r in results if r is not None and r[3] is None]
-    errors = sorted({r[3] for r in results if r is not None and r[3] is not None})
-    ranks = sorted(r[1] for r in done)
-    complete = len(done) == n and ranks == list(range(n)) and all(r[2] == n for r in done)
-    seconds = max(r[0] for r in done) - go_at if complete else None
-    note = "" if complete else f"{len(done)}/{n} members got a rank within {timeout:g} s; {'; '.join(errors)[:300]}"
     if backend == "etcd-v3":
         delta = common.EtcdMetrics.delta(before, after)
         detail = common.EtcdMetrics.by_method(delta)
         return Measurement(backend, n, repeat, seconds, common.EtcdMetrics.requests(delta),
-                           delta.get("bytes_sent", 0.0), detail, note, client_cpu, server_cpu)
+                           delta.get("bytes_sent", 0.0), detail, note, client_cpu, server_cpu,
+                           delta.get("events_sent", math.nan), loss)  # fmt: skip
     del server
     return Measurement(backend, n, repeat, seconds, float(sum(calls.values())), bytes_read,
                        {k: float(v) for k, v in sorted(calls.items())}, note, client_cpu, server_cpu)
+
+
+def _receive(conn: Any, timeout: float, kind: str) -> Any:
+    if not conn.poll(timeout):
+        raise RuntimeError(f"a member process did not report {kind!r}")
+    message = conn.recv()
+    if message[0] != kind:
+        raise RuntimeError(f"member process failed: {message[1]}")
+    return message
+
+
+def _ranked(results: list[Any], n: int, start: float, timeout: float) -> tuple[float | None, str]:
+    """Seconds from `start` until every member held its rank of a round of `n` (None: not all did), and why not."""
+    done = [r for r in results if r is not None and r[3] is None]
+    errors = sorted({r[3] for r in results if r is not None and r[3] is not None})
+    complete = len(done) == n and sorted(r[1] for r in done) == list(range(n)) and all(r[2] == n for r in done)
+    if complete:
+        return max(r[0] for r in done) - start, ""
+    return None, f"{len(done)}/{n} members got a rank within {timeout:g} s; {'; '.join(errors)[:300]}"
+
+
+def _lose_one(pipes: list[Any], groups: list[list[int]], results: list[Any], n: int, metrics: common.EtcdMetrics,
+              server_pid: int | None, timeout: float) -> Round:
+    """The member at rank n // 2 dies (its keep-alives stop); the others notice through the round and rejoin.
+    Seconds from its death to the last survivor ranked in a round of n - 1 (its lease must lapse first)."""
+    order = [i for group in groups for i in group]  # results come back in this order
+    victim = next(i for i, r in zip(order, results, strict=True) if r[1] == n // 2)
+    before, server_before = metrics.sample(), _cpu_seconds(server_pid)
+    lose_at = time.time() + 0.5
+    for conn in pipes:
+        conn.send(("lose", victim, lose_at))
+    found: list[Any] = []
+    client_cpu = 0.0
+    for conn in pipes:
+        message = _receive(conn, timeout + 60, "rejoined")
+        found += message[1]
+        client_cpu += message[2]
+    delta = common.EtcdMetrics.delta(before, metrics.sample())
+    seconds, note = _ranked(found, n - 1, lose_at, timeout)
+    return Round(seconds, common.EtcdMetrics.requests(delta), delta.get("events_sent", math.nan),
+                 delta.get("bytes_sent", 0.0), _cpu_seconds(server_pid) - server_before, client_cpu, note)
 
 
 def _cpu_seconds(pid: int | None = None) -> float:
@@ -198,7 +303,7 @@ def growth_exponent(points: list[tuple[int, float]]) -> float:
 
 
 def report(args: argparse.Namespace, rows: list[Measurement], env: dict[str, str]) -> list[str]:
-    out = ["\n## Rendezvous of N members (nnodes N:N), seconds until every member holds its rank"]
+    out = ["\n## Rendezvous of N members (nnodes N-1:N), seconds until every member holds its rank"]
     table_rows, results, chart = [], [], {}
     req_points: dict[str, list[tuple[int, float]]] = {b: [] for b in BACKENDS}
     byte_points: dict[str, list[tuple[int, float]]] = {b: [] for b in BACKENDS}
@@ -249,19 +354,66 @@ def report(args: argparse.Namespace, rows: list[Measurement], env: dict[str, str
                 m = ok[len(ok) // 2]
                 kinds.append((n, backend, ", ".join(f"{k} {v:.0f}" for k, v in m.detail.items())))
     out.append(common.table(["N", "backend", "requests"], kinds))
+    per_member, member_results = per_member_report(args.sizes, [m for m in rows if m.backend == "etcd-v3"])
+    out += per_member
     failed = [m for m in rows if m.seconds is None]
     if failed:
         out.append("\nIncomplete runs: " + "; ".join(f"{m.backend} N={m.n} #{m.repeat + 1}: {m.note}" for m in failed))
+    lost = [m for m in rows if m.loss is not None and m.loss.seconds is None]
+    if lost:
+        out.append("\nIncomplete rounds after a loss: "
+                   + "; ".join(f"N={m.n} #{m.repeat + 1}: {m.loss.note}" for m in lost))  # type: ignore[union-attr]
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
-        common.write_csv(args.out / "scale_runs.csv", [common.flattened(m, "detail") for m in rows])
+        common.write_csv(args.out / "scale_runs.csv", [_csv_row(m) for m in rows])
         out.append("\n" + common.bar_chart(args.out / "scale.png",
                                            f"Rendezvous of N members (s), median and min-max, {env['machine']}",
                                            "seconds (log)", chart, log=True))
     out.append("")
     out += results
     out.append(f"SCALING requests_per_round etcd-v3=N^{exps['etcd-v3']:.2f} c10d=N^{exps['c10d']:.2f}")
+    out += member_results
     return out
+
+
+def per_member_report(sizes: list[int], rows: list[Measurement]) -> tuple[list[str], list[str]]:
+    """etcd-v3's cost per member per round (etcd's own counters / N), for the round that ranks N members and
+    for the round after one of them is lost: the table, and one RESULT line per N (medians over repeats)."""
+    table_rows, results = [], []
+    for n in sizes:
+        mine = [m for m in rows if m.n == n and m.seconds is not None]
+        if not mine:
+            continue
+        losses = [m.loss for m in mine if m.loss is not None]
+        ranked = common.Summary.of([m.seconds for m in mine]).median
+        per = {name: common.Summary.of([getattr(m, name) / n for m in mine]).median
+               for name in ("requests", "events", "bytes_read")}  # fmt: skip
+        loss_s = common.Summary.of([r.seconds for r in losses]).median
+        loss = {name: common.Summary.of([getattr(r, name) / (n - 1) for r in losses if r.seconds is not None]).median
+                for name in ("requests", "events", "bytes_sent")}  # fmt: skip
+        table_rows.append((
+            n, f"{ranked:.2f}", f"{per['requests']:.1f}", f"{per['events']:.0f}", f"{per['bytes_read'] / 1024:.1f}",
+            f"{common.Summary.of([m.server_cpu for m in mine]).median:.1f}",
+            "-" if math.isnan(loss_s) else f"{loss_s:.2f}", f"{loss['requests']:.1f}", f"{loss['events']:.0f}",
+            f"{loss['bytes_sent'] / 1024:.1f}",
+            f"{common.Summary.of([r.server_cpu for r in losses]).median:.1f}" if losses else "-",
+        ))  # fmt: skip
+        results.append(f"RESULT rendezvous_members_{n}_s={common.number(ranked)} "
+                       f"bytes_per_member={per['bytes_read']:.0f} events_per_member={per['events']:.1f} "
+                       f"requests_per_member={per['requests']:.1f} loss_to_next_round_s={common.number(loss_s)} "
+                       f"loss_bytes_per_member={loss['bytes_sent']:.0f} "
+                       f"loss_events_per_member={loss['events']:.1f}")  # fmt: skip
+    out = ["\n## etcd-v3 per member per round (etcd's /metrics over N): the round that ranks N members, and the "
+           "round after one is lost (its keep-alives stop; from then until N - 1 members hold ranks)",
+           common.table(["N", "ranked s", "requests", "watch events", "KiB sent", "etcd CPU s",
+                         "loss -> round N-1 s", "requests", "watch events", "KiB sent", "etcd CPU s"], table_rows)]
+    return out, results
+
+
+def _csv_row(m: Measurement) -> dict[str, Any]:
+    row = common.flattened(m, "detail")
+    loss = row.pop("loss")
+    return row | ({f"loss_{k}": v for k, v in loss.__dict__.items()} if loss is not None else {})
 
 
 def _per(value: float, n: int) -> str:
@@ -274,15 +426,17 @@ def _kib(value: float) -> str:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--sizes", default="8,32,64,96,128",
-                        help="member counts N (default 8,32,64,96,128; 256 did not fit on 2 cores: bench/RESULTS.md)")
+    parser.add_argument("--sizes", default="64,256,1024", help="member counts N (default 64,256,1024)")
     parser.add_argument("--repeat", type=int, default=3, help="rounds per N and backend (default 3)")
-    parser.add_argument("--members-per-proc", type=int, default=4,
-                        help="members (threads, one handler each) per worker process (default 4)")
+    parser.add_argument("--members-per-proc", type=int, default=0,
+                        help="members (threads, one handler and etcd connection each) per worker process (default: "
+                             f"N / {PROCESSES}, at least 4: {PROCESSES} processes share the 2 cores)")
+    parser.add_argument("--lease-seconds", type=int, default=defaults.LEASE_SECONDS,
+                        help=f"etcd-v3 members' lease TTL (default {defaults.LEASE_SECONDS}, the project's)")
+    parser.add_argument("--no-loss", action="store_true", help="skip the round after a member's loss")
+    parser.add_argument("--c10d-max", type=int, default=256,
+                        help="c10d runs only up to this N (default 256: its store grows as N^2)")
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds one rendezvous may take (default 300)")
-    parser.add_argument("--etcd-max-txn-ops", type=int, default=None,
-                        help="start etcd with --max-txn-ops=K (etcd's default is 128; the etcd-v3 seal transaction "
-                             "compares every member, so N >= 128 needs more)")
     parser.add_argument("--backends", default=",".join(BACKENDS), help="comma-separated subset of etcd-v3,c10d")
     parser.add_argument("--out", type=Path, default=None, help="write a CSV file and a PNG chart here")
     args = parser.parse_args(argv)
@@ -298,23 +452,29 @@ def main(argv: list[str] | None = None) -> int:
     common.exit_cleanly_on_sigterm()
     env = common.environment()
     common.print_environment(env)
-    print(f"# nnodes N:N; {args.members_per_proc} members per worker process (threads, one handler and one store "
-          "connection each)")
+    print(f"# nnodes N-1:N; members per worker process: {args.members_per_proc or f'N / {PROCESSES}, at least 4'} "
+          "(threads, one handler and one etcd connection each); etcd-v3 lease_seconds="
+          f"{args.lease_seconds}; stock etcd (no server flags beyond the managed defaults)")
     rows: list[Measurement] = []
-    flags = [f"--max-txn-ops={args.etcd_max_txn_ops}"] if args.etcd_max_txn_ops else []
-    print(f"# etcd server flags beyond the managed defaults: {' '.join(flags) or 'none (stock etcd)'}")
-    with common.etcd_server(flags) as etcd:
+    conf = {"lease_seconds": args.lease_seconds}
+    with common.etcd_server() as etcd:
         for n in args.sizes:
+            per_proc = args.members_per_proc or max(4, math.ceil(n / PROCESSES))
             for r in range(args.repeat):
                 for backend in args.backends:
-                    m = measure(backend, n, r, args.members_per_proc, etcd.client_url, etcd.process.pid,
-                                args.timeout)
+                    if backend == "c10d" and n > args.c10d_max:
+                        continue
+                    m = measure(backend, n, r, per_proc, etcd.client_url, etcd.process.pid, args.timeout, conf,
+                                not args.no_loss)  # fmt: skip
                     rows.append(m)
                     took = "none" if m.seconds is None else f"{m.seconds:.2f} s"
+                    lost = "" if m.loss is None else (
+                        f"; a member lost -> round of {n - 1}: "
+                        f"{'none' if m.loss.seconds is None else f'{m.loss.seconds:.2f} s'}, "
+                        f"{m.loss.events:.0f} events, {m.loss.bytes_sent / 1024:.0f} KiB {m.loss.note}")
                     common.log(f"N={n:<4} {backend:<8} #{r + 1}: {took}, {m.requests:.0f} requests, "
-                               f"{m.bytes_read / 1024:.0f} KiB read, CPU members {m.client_cpu:.1f} s, "
-                               f"store {m.server_cpu:.1f} s "
-                               f"{m.note} "
+                               f"{m.events:.0f} events, {m.bytes_read / 1024:.0f} KiB read, CPU members "
+                               f"{m.client_cpu:.1f} s, store {m.server_cpu:.1f} s {m.note}{lost} "
                                + ", ".join(f"{k} {v:.0f}" for k, v in m.detail.items()))
     print("\n".join(report(args, rows, env)))
     return 0

@@ -48,10 +48,17 @@ def test_recovery_cold_start_runs(tmp_path: Path) -> None:
 
 
 def test_scale_runs_with_four_members(tmp_path: Path) -> None:
-    out = run_bench("scale.py", "--sizes", "4", "--repeat", "1", "--timeout", "60", "--out", str(tmp_path))
+    out = run_bench("scale.py", "--sizes", "4", "--repeat", "1", "--timeout", "60", "--lease-seconds", "2",
+                    "--out", str(tmp_path))
     found = results(out)
     assert {"rdzv_4_members_s_defaults", "rdzv_4_members_s_equal", "store_requests_per_round_4"} <= set(found)
     assert float(found["rdzv_4_members_s_defaults"][0]) > 0
+    line = re.search(r"^RESULT rendezvous_members_4_s=(\S+) (.+)$", out, re.M)
+    assert line, f"no per-member RESULT line in:\n{out[-3000:]}"
+    member = dict(pair.split("=") for pair in line[2].split())
+    assert float(line[1]) > 0 and float(member["bytes_per_member"]) > 0 and float(member["events_per_member"]) > 0
+    # the member lost is noticed through its lapsed lease (2 s), never before it, and the 3 others go on
+    assert 2.0 <= float(member["loss_to_next_round_s"]) < 30, member
     assert (tmp_path / "scale_runs.csv").exists()
 
 
