@@ -25,10 +25,10 @@ from elastic.controller.metrics_export import ControllerMetrics
 from elastic.controller.status import FINAL_PHASES
 from elastic.controller.submit import list_jobs
 from elastic.errors import NotLeaderError
-from elastic.rendezvous.config import job_name_for
 from elastic.rendezvous.run import JobRun
 from elastic.rendezvous.state import Closed
 from elastic.spec import ElasticJob
+from elastic.spec.names import job_name_for
 from elastic.store import JobKeys, Store
 from elastic.store.fenced import FencedStore
 

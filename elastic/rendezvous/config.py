@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import threading
 from dataclasses import dataclass, field
@@ -12,7 +11,7 @@ from typing import Any
 from torch.distributed.elastic.rendezvous import RendezvousParameters
 
 from elastic.spec import defaults
-from elastic.spec.names import DNS1123_LABEL_MAX, label_problem, to_label
+from elastic.spec.names import job_name_for
 from elastic.store import EtcdAuth, JobKeys
 
 log = logging.getLogger(__name__)
@@ -151,17 +150,6 @@ class RendezvousConfig:
             local_addr=params.local_addr,
             auth=auth,
         )
-
-
-def job_name_for(run_id: str) -> str:
-    """The job name of a run when `--rdzv-conf job=` is not given: the run id itself when it is a DNS-1123
-    label, else its closest label plus a hash of the whole id (`--rdzv-id` may contain anything, and two
-    different ids, such as `Run_A` and `run-a`, must never share a job's keys)."""
-    if label_problem(run_id) is None:
-        return run_id
-    digest = hashlib.sha256(run_id.encode("utf-8", "surrogatepass")).hexdigest()[:8]
-    stem = to_label(run_id)[: DNS1123_LABEL_MAX - len(digest) - 1].rstrip("-")
-    return f"{stem}-{digest}" if stem else f"run-{digest}"
 
 
 def _number(conf: dict[str, Any], key: str, kind: type, default: Any, minimum: float) -> Any:

@@ -7,6 +7,7 @@ a space or a control character into an etcd key.
 
 from __future__ import annotations
 
+import hashlib
 import re
 
 from elastic.errors import PermanentError
@@ -63,3 +64,14 @@ def split_job_name(job: str) -> tuple[str, str]:
         if problem:
             raise JobNameError(f"job {show(job)}: the {what} {problem}")
     return namespace, name
+
+
+def job_name_for(run_id: str) -> str:
+    """The job name of a run when `--rdzv-conf job=` is not given: the run id itself when it is a DNS-1123
+    label, else its closest label plus a hash of the whole id (`--rdzv-id` may contain anything, and two
+    different ids, such as `Run_A` and `run-a`, must never share a job's keys)."""
+    if label_problem(run_id) is None:
+        return run_id
+    digest = hashlib.sha256(run_id.encode("utf-8", "surrogatepass")).hexdigest()[:8]
+    stem = to_label(run_id)[: DNS1123_LABEL_MAX - len(digest) - 1].rstrip("-")
+    return f"{stem}-{digest}" if stem else f"run-{digest}"

@@ -31,6 +31,14 @@ def test_importing_the_cli_imports_no_torch() -> None:
     assert done.returncode == 0, done.stderr
 
 
+@pytest.mark.parametrize("module", ["elastic.controller.manager", "elastic.controller.kube_manager"])
+def test_the_controllers_import_no_torch(module: str) -> None:
+    """A controller starts no training process of its own: torch would cost it 160 MiB and seconds to start."""
+    probe = f"import {module}, sys; assert 'torch' not in sys.modules, 'torch was imported'"
+    done = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+
+
 @pytest.mark.parametrize("argv", [
     ["--version"],
     ["status"],
