@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import csv
 import datetime
+import importlib.metadata
 import importlib.util
 import math
 import os
@@ -176,9 +177,8 @@ def bar_chart(path: Path, title: str, ylabel: str, groups: dict[str, dict[str, S
 
 
 def environment(etcd_binary: Path | None = None) -> dict[str, str]:
-    """Date, machine, versions: the header of every results table."""
-    import torch
-
+    """Date, machine, versions: the header of every results table. torch's version is read from its package
+    metadata, not by importing it: the controller benchmarks measure their own process's memory."""
     from elastic.store.server import etcd_version, find_etcd_binary
 
     binary = etcd_binary or find_etcd_binary()
@@ -188,7 +188,7 @@ def environment(etcd_binary: Path | None = None) -> dict[str, str]:
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.system()} {platform.release()}",
         "load_at_start": f"{load[0]:.2f} {load[1]:.2f} {load[2]:.2f}",
         "python": platform.python_version(),
-        "torch": torch.__version__,
+        "torch": importlib.metadata.version("torch"),
         "etcd": f"{etcd_version(binary)} ({binary})",
         "command": " ".join([Path(sys.argv[0]).as_posix(), *sys.argv[1:]]),
     }
