@@ -2,13 +2,13 @@
 
 N members call `next_rendezvous()` at the same instant (--nnodes=N-1:N, so the round seals when the N-th
 member arrives and no last-call wait applies: the defaults and the equal settings coincide; N - 1 members
-may go on after a loss). Each member
-is one handler with its own lease and its own etcd connection, running the protocol's real decisions, as a
-thread; many members share one worker process (`--members-per-proc`, default N / 16), so that 1,024 members
-fit on 2 cores: what is measured is etcd and the protocol, not 1,024 Python interpreters. The worker
-processes are forked from a forkserver that imported torch once. Then (etcd-v3) the member at rank N / 2
-dies: its keep-alives stop, nothing is revoked; the others ask `num_nodes_waiting()` every 0.1 s, as
-torch's agent does, and rendezvous again once it turns positive. Measured per round:
+may go on after a loss). Each member is one handler with its own lease and its own etcd connection, running
+the protocol's real decisions, as a thread; many members share one worker process (`--members-per-proc`,
+default N / 16), so that 1,024 members fit in this machine's memory and what is measured is etcd and the
+protocol, not 1,024 Python interpreters. The worker processes are forked from a forkserver that imported
+torch once. Then (etcd-v3) the member at rank N / 2 dies: its keep-alives stop, nothing is revoked; the
+others ask `num_nodes_waiting()` every 0.1 s, as torch's agent does, and rendezvous again once it turns
+positive. Measured per round:
 
   time      from the common start to the moment the last member holds its rank (ranks 0..N-1, world N)
   requests  etcd-v3: gRPC messages etcd received (its /metrics, grpc_server_msg_received_total: every
