@@ -125,7 +125,7 @@ def run_job(args: argparse.Namespace) -> int:
 def _run_job(
     args: argparse.Namespace, job: ElasticJob, cap: int, metrics: ControllerMetrics | None, log_dir: Path
 ) -> int:
-    from elastic.controller.manager import LocalJobRunner  # imports torch: only the verbs that run training
+    from elastic.controller.manager import LocalJobRunner  # here: the verbs that only read need none of it
 
     if args.etcd is None:  # the local etcd, with no TLS or auth of $ELASTIC_ETCD_* meant for another one
         endpoints = _local_etcd()
@@ -202,7 +202,7 @@ def _run_controller(args: argparse.Namespace) -> int:
         from elastic.controller.kube_manager import run_kubernetes_controller
 
         return run_kubernetes_controller(store, args.etcd, health_port=args.health_port, metrics=metrics)
-    from elastic.controller.manager import LocalControllerManager  # imports torch, as run_job says
+    from elastic.controller.manager import LocalControllerManager  # here, as in _run_job
 
     for job in jobs:
         _submit_once(store, job)
