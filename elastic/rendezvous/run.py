@@ -18,7 +18,7 @@ from elastic.errors import PermanentError
 from elastic.policy.budget import Budget
 from elastic.policy.incident import Failure, Incident, JobEnd, RoundEnd, incident_from_reports, incident_of
 from elastic.rendezvous.protocol import all_finished, plan_cost, plan_round_end
-from elastic.rendezvous.state import Closed, Departure, JobState, Member, Round
+from elastic.rendezvous.state import Closed, Departure, JobState, Member, Round, read_by_protocol
 from elastic.spec import RestartPolicy, Rule
 from elastic.store import Delete, JobKeys, ModRevisionIs, Put, Store, UnchangedSince, dumps
 
@@ -51,8 +51,8 @@ class JobRun:
         return JobState.parse(self.keys, [e for e in entries if self.decides_on(e.key)], revision)
 
     def decides_on(self, key: str) -> bool:
-        """False for keys the protocol never reads (the agents' store, progress, worker records)."""
-        return not key.startswith((self.keys.store_root, self.keys.progress, self.keys.workers_prefix))
+        """False for keys the protocol never reads (the agents' store, progress, the status, worker records)."""
+        return read_by_protocol(self.keys, key)
 
     def failure_policy(self, state: JobState) -> tuple[Sequence[Rule], RestartPolicy]:
         """The job's rules when a spec was submitted (controller, compose); else restart on any failure."""

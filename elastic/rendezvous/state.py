@@ -198,6 +198,13 @@ class JobState:
         return parser.state(revision)
 
 
+def read_by_protocol(keys: JobKeys, key: str) -> bool:
+    """Whether `key` is one a JobState is made of (the parser's keys below); the agents' store, progress, the
+    status, worker records and exits decide nothing in the round protocol."""
+    return key in (keys.run, keys.round, keys.budget, keys.closed, keys.spec) or key.startswith(
+        (keys.members_prefix, keys.departed_prefix, keys.done_prefix, keys.incidents_prefix, keys.alive_prefix))
+
+
 class _Parser:
     """Sorts a job's entries by key into the fields of a JobState, each decoded by `elastic.codec`."""
 

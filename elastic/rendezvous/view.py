@@ -9,6 +9,7 @@ workers' sentinels) waits on a `ChangeSignal` beside them.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import threading
 from collections.abc import Callable
@@ -63,12 +64,16 @@ class ChangeSignal:
 
 class JobView:
     def __init__(self, run: JobRun, on_change: Callable[[], None] = lambda: None) -> None:
-        """`on_change`: called (from the watch thread) each time the view moved or its watch failed."""
+        """`on_change`: called (from the watch thread) each time a key the protocol decides on moved, or the
+        watch failed."""
         self.run = run
         self._on_change = on_change
         entries, revision = run.store.get_prefix(run.keys.prefix)
         self._entries: dict[str, Entry] = {e.key: e for e in entries}
         self._revision = revision
+        # The latest revision at which a key the protocol decides on changed: progress, the status and the
+        # agents' store move the revision without changing the state, and are not worth a parse of every member.
+        self._deciding_revision = revision
         self._parsed: JobState | None = None
         self._changed = threading.Condition()
         self._watch = PrefixWatch(run.store, run.keys.prefix, start_revision=revision + 1)
@@ -85,6 +90,7 @@ class JobView:
                     continue
                 # Apply everything already received before waking anyone: when N members join at once,
                 # each of them decides once per burst of events rather than once per event.
+                deciding = False
                 with self._changed:
                     for e in [event, *self._watch.drain()]:
                         if e.kind == "delete":
@@ -92,8 +98,11 @@ class JobView:
                         else:
                             self._entries[e.key] = Entry(e.key, e.value, e.revision, 0, 0)
                         self._revision = e.revision
+                        if self.run.decides_on(e.key):
+                            deciding, self._deciding_revision = True, e.revision
                     self._changed.notify_all()
-                self._on_change()
+                if deciding:
+                    self._on_change()
         except BaseException as err:  # a compacted watch: make every reader fall back to etcd
             with self._changed:
                 self._error = err
@@ -110,12 +119,15 @@ class JobView:
         return self._error is None
 
     def state(self) -> JobState:
-        """The job's state at the latest revision seen; parsed once per revision (polled every 0.2 s)."""
+        """The job's state at the latest revision seen (polled every 0.2 s): parsed again only when a key the
+        protocol decides on changed since the last parse; else the same state, at the latest revision."""
         if self._error is not None:
             return self.run.read()
         with self._changed:
             parsed, revision = self._parsed, self._revision
-            if parsed is not None and parsed.revision == revision:
+            if parsed is not None and parsed.revision >= self._deciding_revision:
+                if parsed.revision != revision:
+                    parsed = self._parsed = dataclasses.replace(parsed, revision=revision)
                 return parsed
             entries = list(self._entries.values())
         # Parsed outside the lock, so that the watch thread is never held up by a reader.
