@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -11,6 +12,13 @@ import pytest
 from elastic.cli import local_etcd
 
 pytest_plugins = ["harness.fixtures"]
+
+# A suite started in the background of a script (`make test &`, a CI runner's non-interactive shell) inherits
+# SIGINT ignored, and so would every command it starts: `elastic run` would never see the Ctrl-C the tests
+# send it, and a script's own handlers would differ from torchrun's. A handled signal is reset to its default
+# across exec, so handling it here gives every child the disposition a terminal would.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(scope="session", autouse=True)
