@@ -26,10 +26,8 @@ from etcd's own /metrics. The manager is driven as `elastic controller` drives i
 from __future__ import annotations
 
 import argparse
-import contextlib
 import inspect
 import math
-import multiprocessing as mp
 import re
 import sys
 import threading
@@ -179,31 +177,9 @@ def _kubelet(fake: Any) -> None:
             fake.set_pod(name, "Running", namespace=namespace)
 
 
-class FakeProcess:
-    """The parent's handle on the child: start, ask, stop."""
-
-    def __init__(self, fake_dir: Path) -> None:
-        context = mp.get_context("spawn")
-        self.conn, child = context.Pipe()
-        self.process = context.Process(target=serve_fake, args=(str(fake_dir), child), daemon=True)
-        self.process.start()
-        if not self.conn.poll(60):
-            raise RuntimeError("the fake API server did not start within 60 s")
-        self.url: str = self.conn.recv()
-
-    def ask(self, *message: Any) -> Any:
-        self.conn.send(message)
-        if not self.conn.poll(60):
-            raise RuntimeError(f"the fake API server did not answer {message[0]!r} within 60 s")
-        return self.conn.recv()
-
-    def stop(self) -> None:
-        with contextlib.suppress(OSError):
-            self.conn.send(("stop",))
-        self.process.join(10)
-        if self.process.is_alive():
-            self.process.terminate()
-            self.process.join(5)
+def fake_process(fake_dir: Path) -> probe.ChildProcess:
+    """The fake API server in its child; `.first` is its URL."""
+    return probe.ChildProcess(serve_fake, (str(fake_dir),), "the fake API server", 60, 10)
 
 
 # --- the controller, in this process --------------------------------------------------------------
@@ -250,7 +226,7 @@ def _stepper(manager: Any, pass_seconds: list[float]) -> tuple[str, Any]:
     return "1 s poll: step(); sleep(1)", poll
 
 
-def measure(args: argparse.Namespace, fake: FakeProcess, etcd: Any) -> Measurement:
+def measure(args: argparse.Namespace, fake: probe.ChildProcess, etcd: Any) -> Measurement:
     from kubernetes import client
 
     from elastic.controller.kube_manager import KubernetesControllerManager
@@ -263,7 +239,7 @@ def measure(args: argparse.Namespace, fake: FakeProcess, etcd: Any) -> Measureme
 
     result = Measurement(args.jobs, args.pods)
     total = args.jobs * args.pods
-    with ControllerClient(client.Configuration(host=fake.url)) as api_client, \
+    with ControllerClient(client.Configuration(host=fake.first)) as api_client, \
             Store(etcd.client_url, retry_seconds=5) as store:  # fmt: skip
         counter = RequestCounter(api_client)
         manager = KubernetesControllerManager(store, etcd.client_url, api_client, "bench-controller",
@@ -412,7 +388,7 @@ def main(argv: list[str] | None = None) -> int:
     fake_dir = Path(kube_manager.__file__).resolve().parents[2] / "tests" / "kubernetes"
     common.print_environment(common.environment())
     print(f"# controller: {code}\n# fake: {fake_dir / 'fake_api.py'}")
-    fake = FakeProcess(fake_dir)
+    fake = fake_process(fake_dir)
     try:
         with EtcdServer() as etcd:
             result = measure(args, fake, etcd)

@@ -21,9 +21,7 @@ per minute). RSS is this process's: the controller, its etcd client, and the Pyt
 from __future__ import annotations
 
 import argparse
-import contextlib
 import math
-import multiprocessing as mp
 import sys
 import tempfile
 import threading
@@ -131,33 +129,6 @@ def _join(run: Any, workers: int, lease: Any) -> bool:
     return run.seal(state, state.round, {f"{run.keys.name}-w{i}": i for i in range(workers)})
 
 
-class AgentsProcess:
-    """The parent's handle on the child: start, ask, stop."""
-
-    def __init__(self, endpoint: str) -> None:
-        context = mp.get_context("spawn")
-        self.conn, child = context.Pipe()
-        self.process = context.Process(target=play_agents, args=(endpoint, child), daemon=True)
-        self.process.start()
-        if not self.conn.poll(60):
-            raise RuntimeError("the agents' process did not start within 60 s")
-        self.conn.recv()
-
-    def ask(self, *message: Any) -> Any:
-        self.conn.send(message)
-        if not self.conn.poll(300):
-            raise RuntimeError(f"the agents' process did not answer {message[0]!r} within 300 s")
-        return self.conn.recv()
-
-    def stop(self) -> None:
-        with contextlib.suppress(OSError):
-            self.conn.send(("stop",))
-        self.process.join(15)
-        if self.process.is_alive():
-            self.process.terminate()
-            self.process.join(5)
-
-
 # --- the controller, in this process --------------------------------------------------------------
 
 
@@ -185,7 +156,7 @@ def measure(args: argparse.Namespace, etcd: Any) -> Measurement:
     from elastic.store import Store
 
     result = Measurement(args.jobs, args.workers)
-    agents = AgentsProcess(etcd.client_url)
+    agents = probe.ChildProcess(play_agents, (etcd.client_url,), "the agents' process", 300, 15)
     stop = threading.Event()
     with Store(etcd.client_url, retry_seconds=5) as store, tempfile.TemporaryDirectory() as logs:
         manager = LocalControllerManager(store, etcd.client_url, Path(logs), external_workers=True)

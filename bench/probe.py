@@ -3,8 +3,11 @@ reconciled and when, its resident memory, the spread of change -> reconcile time
 
 from __future__ import annotations
 
+import contextlib
 import math
+import multiprocessing as mp
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -49,3 +52,33 @@ def percentile(values: list[float], q: float) -> float:
 
 def latency_text(values: list[float]) -> str:
     return f"{percentile(values, 50):.3f}, {percentile(values, 99):.3f}, {max(values):.3f}; n={len(values)}"
+
+
+class ChildProcess:
+    """A benchmark's helper process (spawned) and the parent's handle on it: start, ask, stop. The child sends
+    one first message when ready (kept as `first`), then answers each request; ("stop",) ends it."""
+
+    def __init__(self, target: Callable[..., None], args: tuple[Any, ...], name: str, answer_seconds: float,
+                 join_seconds: float) -> None:
+        context = mp.get_context("spawn")
+        self.conn, child = context.Pipe()
+        self.name, self.answer_seconds, self.join_seconds = name, answer_seconds, join_seconds
+        self.process = context.Process(target=target, args=(*args, child), daemon=True)
+        self.process.start()
+        if not self.conn.poll(60):
+            raise RuntimeError(f"{name} did not start within 60 s")
+        self.first: Any = self.conn.recv()
+
+    def ask(self, *message: Any) -> Any:
+        self.conn.send(message)
+        if not self.conn.poll(self.answer_seconds):
+            raise RuntimeError(f"{self.name} did not answer {message[0]!r} within {self.answer_seconds:g} s")
+        return self.conn.recv()
+
+    def stop(self) -> None:
+        with contextlib.suppress(OSError):
+            self.conn.send(("stop",))
+        self.process.join(self.join_seconds)
+        if self.process.is_alive():
+            self.process.terminate()
+            self.process.join(5)
