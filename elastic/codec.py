@@ -16,7 +16,7 @@ import json
 from datetime import datetime, timezone
 from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 
 from elastic.errors import PermanentError
 from elastic.policy.budget import Budget, Charge
@@ -40,6 +40,7 @@ Step = Annotated[int, Field(ge=0, le=MAX_STEP)]
 Seconds = Annotated[float, Field(ge=0, le=MAX_SECONDS, allow_inf_nan=False)]
 ExitCode = Annotated[int, Field(ge=-MAX_COUNT, le=MAX_COUNT)]
 LeaseNumber = Annotated[int, Field(ge=0, le=MAX_LEASE)]
+MAX_RANK_BUCKETS = 125  # a seal writes the round and every bucket in one transaction (etcd's 128 operations)
 
 
 class CorruptValueError(PermanentError):
@@ -80,12 +81,20 @@ class MemberRecord(_Wire):
 class RoundRecord(_Wire):
     round: NonNegative
     sealed: bool = False
-    members: dict[str, NonNegative] = {}
-    previous: dict[str, NonNegative] = {}
     opened_by: str = "Start"
     opened_at: Seconds = 0.0
     sealed_at: Seconds | None = None
-    expected: list[str] = []
+    world_size: NonNegative = 0
+    buckets: Annotated[int, Field(ge=0, le=MAX_RANK_BUCKETS)] = 0
+
+
+class SealerRecord(_Wire):
+    member: str
+    at: Seconds = 0.0
+
+
+_RANKS = TypeAdapter(dict[str, NonNegative], config=ConfigDict(strict=True))  # one bucket: member id -> rank
+_EXPECTED = TypeAdapter(list[str], config=ConfigDict(strict=True))
 
 
 class ChargeRecord(_Wire):
@@ -224,6 +233,22 @@ def decode_model(model: type[M], key: str, value: bytes | str) -> M:
     """One stored value as `model`, or CorruptValueError naming the key and the first problem."""
     try:
         return model.model_validate_json(value)
+    except ValidationError as err:
+        raise CorruptValueError(key, _first_problem(err, value)) from None
+
+
+def decode_ranks(key: str, value: bytes | str) -> dict[str, int]:
+    """One bucket of a sealed round's ranks (`membership/ranks/<round>/<bucket>`)."""
+    try:
+        return _RANKS.validate_json(value)
+    except ValidationError as err:
+        raise CorruptValueError(key, _first_problem(err, value)) from None
+
+
+def decode_expected(key: str, value: bytes | str) -> list[str]:
+    """The members an open round waits for by name (`membership/expected/<round>`)."""
+    try:
+        return _EXPECTED.validate_json(value)
     except ValidationError as err:
         raise CorruptValueError(key, _first_problem(err, value)) from None
 

@@ -17,8 +17,11 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from elastic.cluster.processes import descendants_of, training_processes
+from elastic.rendezvous.run import JobRun
+from elastic.store import JobKeys, Store
 
 EXAMPLE_SCRIPT = Path(__file__).resolve().parent.parent / "examples" / "train_ddp.py"
 STEP_LINE = re.compile(r"^step=(\d+) loss=([\d.]+) world_size=(\d+) restart=(\d+) time=([\d.]+)$", re.M)
@@ -157,3 +160,13 @@ class AgentProcess:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def round_record(store: Store, keys: JobKeys) -> dict[str, Any]:
+    """The current round as one mapping, as the tests knew it before the ranks moved to bucket keys
+    (docs/design.md §3.20): the stored record plus `members`, `previous` and `expected` from a full read."""
+    record = store.get_json(keys.round) or {}
+    current = JobRun(store, keys).read().round
+    if current is None:
+        return record
+    return {**record, "members": current.members, "previous": current.previous, "expected": list(current.expected)}

@@ -50,6 +50,7 @@ from elastic.rendezvous.config import RendezvousConfig
 from elastic.rendezvous.protocol import (
     Change,
     EndDeadRound,
+    EndRound,
     Joined,
     Refuse,
     Seal,
@@ -64,7 +65,7 @@ from elastic.rendezvous.run import JobRun, RunClosedError
 from elastic.rendezvous.state import Closed, JobState, Member, Round
 from elastic.rendezvous.view import ChangeSignal, JobView
 from elastic.rendezvous.worker_exits import recorded_error
-from elastic.store import LeaseKeeper, Store
+from elastic.store import LeaseKeeper, Store, dumps
 
 log = logging.getLogger(__name__)
 
@@ -155,7 +156,7 @@ class EtcdV3RendezvousHandler(RendezvousHandler):
                 reason = RoundEnd.STORE_UNAVAILABLE if self._member_lease.unreachable else RoundEnd.MEMBER_LOST
                 self._pending = self._pending or Change(reason, member=self.member_id)
                 return 1
-            state = self._view.state()
+            state = self._lead_if_leaderless(self._view.state())
             if state.corrupt:
                 return 0  # decide nothing on a bad key: training goes on, the controller reports it
             change = membership_change(state, self._joined.number, self.settings)
@@ -236,15 +237,49 @@ class EtcdV3RendezvousHandler(RendezvousHandler):
                 self._member_lease = LeaseKeeper.grant(self.store, self.config.lease_seconds)
             return
         state = self.run.ensure_run(
-            self.config.run_id, self.config.max_restarts, self.config.ttl_seconds, self.config.reset
+            self.config.run_id, self.config.max_restarts, self.config.ttl_seconds, self.config.reset, self.member_id
         )
         if state.job_lease is not None:
             self._job_lease = LeaseKeeper(self.store, state.job_lease, self.config.ttl_seconds)
             self._job_lease.start()
         self._member_lease = LeaseKeeper.grant(self.store, self.config.lease_seconds)
         self._joined_at = time.time()
-        self._view = JobView(self.run, on_change=self.changes.notify)
+        self._view = JobView(self.run, on_change=self.changes.notify, member=self.member_id)
         threading.Thread(target=self._answer_incidents, name="incident-answer", daemon=True).start()
+
+    def _lead_if_leaderless(self, state: JobState) -> JobState:
+        """Campaign to be the job's sealer when it has none (the first member, or the sealer is gone): the
+        winner widens its view to the member keys, seals, and ends rounds on their changes; every other
+        member watches only the keys that decide its own fate (docs/design.md §3.20)."""
+        assert self._view is not None
+        lease = self._member_lease
+        if self._view.whole or lease is None or lease.lost.is_set():
+            return state
+        try:
+            if state.sealer == self.member_id or (state.sealer is None and self.run.campaign(self.member_id,
+                                                                                            lease.lease_id)):
+                log.info("member %s seals the rounds of job %s/%s", self.member_id, self.run.keys.namespace,
+                         self.run.keys.name)
+                self._view.widen()
+                return self._view.state()
+        except StoreUnavailableError as err:
+            log.warning("could not campaign to seal rounds: %s", err)
+        return state
+
+    def _sealer_overdue(self, state: JobState, waiting_since: float) -> bool:
+        """A sealer that holds its lease but does not seal (its agent hangs) must not stall the job: a member
+        that waited in an open round past its last call and a lease widens its view and may seal itself (the
+        seal's transaction keeps it to one seal)."""
+        assert self._view is not None
+        current = state.round
+        patience = self.config.last_call_seconds + self.config.lease_seconds
+        return (not self._view.whole and current is not None and not current.sealed
+                and self.member_id in state.members and time.monotonic() - waiting_since > patience)
+
+    def _scope(self) -> str | None:
+        """What this member reads of the job: everything (None) once it is the sealer, else its own part."""
+        assert self._view is not None
+        return None if self._view.whole else self.member_id
 
     def _job_lease_id(self) -> int | None:
         return self._job_lease.lease_id if self._job_lease else None
@@ -253,7 +288,7 @@ class EtcdV3RendezvousHandler(RendezvousHandler):
         """End the round this agent trained in, if nobody has yet; one transaction decides who charges."""
         assert self._joined is not None
         number = self._joined.number
-        state = self._decodable(self.run.read())
+        state = self._decodable(self.run.read(self._scope()))
         seen = self._pending or membership_change(state, number, self.settings)
         change = change_after_own_failure(seen, self._worker_failure, self.member_id)
         if change is None and _is_current(state, number):
@@ -265,6 +300,9 @@ class EtcdV3RendezvousHandler(RendezvousHandler):
             if not _is_current(state, number):
                 self._cost_of_unreported_failure(state, number)
                 return
+            if not state.roster:  # ending the round takes the members' keys (who is expected back)
+                state = self._decodable(self.run.read())
+                continue
             incident = self._incident(state, change)
             if incident is None or self.run.end_round(state, state.round, incident):  # type: ignore[arg-type]
                 return
@@ -385,7 +423,13 @@ class EtcdV3RendezvousHandler(RendezvousHandler):
             if self._member_lease.lost.is_set():  # etcd was unreachable for a whole TTL: start over, keyed anew
                 self._member_lease = LeaseKeeper.grant(self.store, self.config.lease_seconds)
                 written = None
-            state = self._decodable(self._view.state())
+            state = self._decodable(self._lead_if_leaderless(self._view.state()))
+            if self._sealer_overdue(state, quiet_since):
+                log.warning("round %d is not sealed %.0f s after it went quiet: member %s reads the roster and "
+                            "seals it itself", state.round.number if state.round else -1,
+                            time.monotonic() - quiet_since, self.member_id)
+                self._view.widen()
+                continue
             now_gathered = _gathered(state)
             if now_gathered != gathered:
                 gathered, quiet_since = now_gathered, time.monotonic()
@@ -399,14 +443,16 @@ class EtcdV3RendezvousHandler(RendezvousHandler):
                 raise RendezvousTimeoutError(
                     f"member {self.member_id} could not join a round of job {self.run.keys.namespace}/"
                     f"{self.run.keys.name} within {self.config.join_timeout:g} s "
-                    f"(need {self.config.min_nodes} to {self.config.max_nodes} members; "
-                    f"{len(state.members)} present)"
+                    f"(need {self.config.min_nodes} to {self.config.max_nodes} members"
+                    + (f"; {len(state.members)} present)" if state.roster else f"; sealer {state.sealer})")
                 )
             if isinstance(step, Target):
                 # Write once, then wait for the view to show it: writing again before it does would only
                 # change the key's revision under the others' seal transactions and make them retry.
                 if written is None or written[0] != step.round or state.revision >= written[1]:
-                    written = (step.round, self.run.put_member(self._member(step.round), self._member_lease.lease_id))
+                    member = self._member(step.round)
+                    written = (step.round, self.run.put_member(member, self._member_lease.lease_id))
+                    self._view.wrote(self.run.keys.member(self.member_id), dumps(member.to_json()).encode(), written[1])
                 self._view.wait_for_change(state.revision, timeout=min(remaining, 1.0))
             elif isinstance(step, Seal):
                 if not self.run.seal(state, step.round, step.ranks):
@@ -415,6 +461,8 @@ class EtcdV3RendezvousHandler(RendezvousHandler):
                     self._view.wait_for_change(state.revision, timeout=min(remaining, 1.0))
             elif isinstance(step, EndDeadRound):
                 self._end_dead_round(state, step.round)
+            elif isinstance(step, EndRound):
+                self._end_changed_round(state, step)
             elif isinstance(step, Wait):
                 wait = remaining if step.seconds is None else min(step.seconds, remaining)
                 self._view.wait_for_change(state.revision, timeout=max(min(wait, 1.0), 0.01))
@@ -428,6 +476,15 @@ class EtcdV3RendezvousHandler(RendezvousHandler):
             incident = self.run.incident(state, RoundEnd.MEMBER_LOST, Failure(None, reason=NODE_LOST, member=lost))
         log.warning("round %d has no live member left: ending it (%s)", dead.number, incident.reason.value)
         self.run.end_round(state, dead, incident)
+
+    def _end_changed_round(self, state: JobState, step: EndRound) -> None:
+        """As the sealer outside the round: end it on the change its members cannot see."""
+        change = step.change
+        if change.reason is RoundEnd.MEMBER_LOST and self._store_was_away():
+            change = Change(RoundEnd.STORE_UNAVAILABLE, member=change.member)
+        incident = self._incident(state, change)
+        if incident is not None and not self.run.end_round(state, step.round, incident):
+            self._view.wait_for_change(state.revision, timeout=0.2)  # type: ignore[union-attr]
 
     def _member(self, target: int) -> Member:
         return Member(

@@ -69,12 +69,21 @@ class EndDeadRound:
 
 
 @dataclass(frozen=True)
+class EndRound:
+    """The sealer, waiting outside a sealed round (a spare, a late joiner), saw it change (a member lost or
+    departed, growth to wait for): nobody in the round watches the member keys, so the sealer ends it."""
+
+    round: Round
+    change: Change
+
+
+@dataclass(frozen=True)
 class Joined:
     round: Round
     rank: int
 
 
-JoinStep = Refuse | Target | Seal | Wait | EndDeadRound | Joined
+JoinStep = Refuse | Target | Seal | Wait | EndDeadRound | EndRound | Joined
 
 
 def join_step(state: JobState, me: str, settings: Settings, quiet_for: float, after_round: int | None) -> JoinStep:
@@ -94,13 +103,19 @@ def join_step(state: JobState, me: str, settings: Settings, quiet_for: float, af
     if current.sealed:
         if me in current.members and current.number != after_round:
             return Joined(current, current.members[me])
-        if current.members and not any(m in state.members or m in state.departed for m in current.members):
-            return EndDeadRound(current)  # docs/design.md §3.12: else we would wait for join_timeout on nobody
+        if state.roster:  # the sealer: it alone sees the members (docs/design.md §3.20)
+            if current.members and not any(m in state.members or m in state.departed for m in current.members):
+                return EndDeadRound(current)  # docs/design.md §3.12: else we would wait for join_timeout on nobody
+            change = membership_change(state, current.number, settings)
+            if change is not None and change.ends_round_itself:
+                return EndRound(current, change)
         # A late joiner (or left behind): wait for the next round; the members of this one see us waiting.
         wanted = current.number + 1
         return Wait(None) if mine is not None and mine.target == wanted else Target(wanted)
     if mine is None or mine.target != current.number:
         return Target(current.number)
+    if not state.roster:
+        return Wait(None)  # the sealer seals (docs/design.md §3.20)
     gathered = sorted(
         (m for m in state.members.values() if m.target == current.number), key=lambda m: rank_order(m, current)
     )
@@ -181,6 +196,8 @@ def membership_change(state: JobState, joined_round: int, settings: Settings) ->
     current = state.round
     if current is None or current.number != joined_round or not current.sealed:
         return Change(RoundEnd.ROUND_ENDED)
+    if not state.roster:
+        return None  # only the sealer sees the members: it ends the round on their changes (§3.20)
     lost = [m for m in current.members if m not in state.members and m not in state.departed]
     if lost and len(lost) == len(current.members):
         # Every lease lapsed together: nobody's node failed, etcd was away (docs/design.md §3.11). Free.
@@ -274,14 +291,20 @@ def plan_round_end(keys: JobKeys, state: JobState, current: Round, incident: Inc
         # seals as soon as they are all in, without waiting out the last call.
         expected = tuple(sorted({*(m for m in current.members if m in state.members),
                                  *(m.id for m in state.members.values() if m.target > current.number)}))
-    following = Round(
-        current.number + 1, previous=current.members, opened_by=incident.reason.value, opened_at=now, expected=expected
-    )
+    following = Round(current.number + 1, opened_by=incident.reason.value, opened_at=now)
+    # A sealer of the round that is not expected back (it stayed silent through the incident: a node lost
+    # before its lease ran out) would leave the next round unsealed until its lease lapsed: depose it, and
+    # the members campaign again (docs/design.md §3.20).
+    silent_sealer = state.sealer is not None and state.sealer in current.members and bool(expected) and (
+        state.sealer not in expected)
     ops: list[Put | Delete] = [
         Put.json(keys.round, following.to_json(), lease),
+        *([Put.json(keys.expected(following.number), list(expected), lease)] if expected else []),
+        *([Delete(keys.sealer)] if silent_sealer else []),
         Delete(keys.store(current.number), prefix=True),
         Delete(keys.incidents(current.number), prefix=True),
         Delete(keys.alive(current.number), prefix=True),
+        Delete(keys.expected(current.number)),
     ]
     compares = [ModRevisionIs(keys.round, current.mod_revision)]
     cost = plan_cost(keys, state, current.number, incident, now)

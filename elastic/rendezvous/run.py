@@ -14,13 +14,24 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 
+from elastic.codec import CorruptValueError
 from elastic.errors import PermanentError
 from elastic.policy.budget import Budget
 from elastic.policy.incident import Failure, Incident, JobEnd, RoundEnd, incident_from_reports, incident_of
 from elastic.rendezvous.protocol import all_finished, plan_cost, plan_round_end
-from elastic.rendezvous.state import Closed, Departure, JobState, Member, Round, read_by_protocol
+from elastic.rendezvous.state import (
+    Closed,
+    Departure,
+    JobState,
+    Member,
+    Round,
+    bucket_of,
+    buckets_for,
+    in_buckets,
+    read_by_protocol,
+)
 from elastic.spec import RestartPolicy, Rule
-from elastic.store import Delete, JobKeys, ModRevisionIs, Put, Store, UnchangedSince, dumps
+from elastic.store import Delete, Entry, JobKeys, ModRevisionIs, Put, Store, UnchangedSince, dumps
 
 log = logging.getLogger(__name__)
 
@@ -46,9 +57,30 @@ class JobRun:
 
     # --- reading ---
 
-    def read(self) -> JobState:
-        entries, revision = self.store.get_prefix(self.keys.prefix)
-        return JobState.parse(self.keys, [e for e in entries if self.decides_on(e.key)], revision)
+    def read(self, member: str | None = None) -> JobState:
+        """The job's state from etcd: every key, or (`member` given) what that member's view holds: all but
+        the roster, plus its own member key and its own bucket of the ranks (see `JobView`)."""
+        if member is None:
+            entries, revision = self.store.get_prefix(self.keys.prefix)
+        else:
+            entries, revision = self.store.get_ranges(self.keys.member_ranges)
+            round_entry = next((e for e in entries if e.key == self.keys.round), None)
+            for key in (self.keys.member(member), self.own_bucket(member, round_entry)):
+                entry = self.store.get(key) if key is not None else None
+                entries += [entry] if entry is not None else []
+        return JobState.parse(self.keys, [e for e in entries if self.decides_on(e.key)], revision, member is None)
+
+    def own_bucket(self, member: str, round_entry: Entry | None) -> str | None:
+        """The key of `member`'s bucket of the ranks, when `round_entry` is a sealed round (None otherwise)."""
+        if round_entry is None:
+            return None
+        try:
+            current = Round.decode(round_entry)
+        except CorruptValueError:
+            return None  # the member's state reports the bad round record itself
+        if not current.sealed or not current.buckets:
+            return None
+        return self.keys.rank_bucket(current.number, bucket_of(member, current.buckets))
 
     def decides_on(self, key: str) -> bool:
         """False for keys the protocol never reads (the agents' store, progress, the status, worker records)."""
@@ -70,20 +102,22 @@ class JobRun:
 
     # --- the run ---
 
-    def ensure_run(self, run_id: str, max_restarts: int, ttl_seconds: int, reset: bool = False) -> JobState:
+    def ensure_run(self, run_id: str, max_restarts: int, ttl_seconds: int, reset: bool = False,
+                   member: str | None = None) -> JobState:
         """Create the run (run record, budget, first round) once; every later agent just reads it.
 
         All of the run's keys hang on one job lease, kept alive by the agents; once none is left, the run
         disappears after `ttl_seconds` (nothing of a finished run stays in etcd forever). A submitted spec's
         `failurePolicy.maxRestarts` is the budget, whoever creates the run (agents a platform starts may come
         before their controller, with a `max_restarts` of their own); `max_restarts` is for runs without one.
+        `member`: read as that member does (all but the roster), not every key.
         """
         for _ in range(10):
-            state = self.read()
+            state = self.read(member)
             if state.run_id is None:
                 budget = state.spec.spec.failure_policy.max_restarts if state.spec is not None else max_restarts
                 if self._create_run(run_id, budget, ttl_seconds):
-                    return self.read()
+                    return self.read(member)
                 continue
             if state.run_id != run_id:
                 raise RunIdMismatchError(
@@ -146,20 +180,34 @@ class JobRun:
 
         One comparison covers every member key (a newcomer or a re-written key makes the seal fail and be
         decided again); a member whose lease runs out in between is seen lost right after, like any loss.
+        The same transaction writes the ranks, in buckets (each member reads its own), and drops the ranks
+        of the round before: the round record itself stays a few fields.
         """
+        buckets = buckets_for(len(ranks))
         sealed = Round(
             current.number,
             sealed=True,
-            members=ranks,
-            previous=current.previous,
             opened_by=current.opened_by,
             opened_at=current.opened_at,
             sealed_at=time.time(),
-            expected=current.expected,
+            size=len(ranks),
+            buckets=buckets,
         )
+        lease = state.job_lease
         compare = [ModRevisionIs(self.keys.round, current.mod_revision),
                    UnchangedSince(self.keys.members_prefix, state.revision)]
-        return self.store.txn(compare, [Put.json(self.keys.round, sealed.to_json(), state.job_lease)]).succeeded
+        ops: list[Put | Delete] = [
+            Put.json(self.keys.round, sealed.to_json(), lease),
+            Delete(self.keys.ranks(current.number - 1), prefix=True),
+            *(Put.json(self.keys.rank_bucket(current.number, b), part, lease)
+              for b, part in in_buckets(ranks, buckets).items()),
+        ]
+        return self.store.txn(compare, ops).succeeded
+
+    def campaign(self, member_id: str, member_lease: int) -> bool:
+        """Become the job's sealer if it has none: the key lives on our member lease, so it goes with us."""
+        record = Put.json(self.keys.sealer, {"member": member_id, "at": time.time()}, member_lease)
+        return self.store.txn([ModRevisionIs(self.keys.sealer, 0)], [record]).succeeded
 
     # --- ending rounds ---
 

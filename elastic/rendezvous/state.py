@@ -7,11 +7,14 @@ so a decision taken on a stale view simply fails and is taken again on a fresh o
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
 from elastic.codec import (
+    MAX_RANK_BUCKETS,
     AliveRecord,
     ClosedRecord,
     CorruptValueError,
@@ -21,8 +24,11 @@ from elastic.codec import (
     MemberRecord,
     RoundRecord,
     RunRecord,
+    SealerRecord,
     decode_budget,
+    decode_expected,
     decode_model,
+    decode_ranks,
     decode_spec,
 )
 from elastic.policy.budget import Budget
@@ -71,9 +77,36 @@ class Member:
         )
 
 
+MEMBERS_PER_BUCKET = 64  # ~2 KiB of ranks per bucket key: what one member reads to learn its rank
+
+
+def buckets_for(world_size: int) -> int:
+    """How many keys a round of `world_size` keeps its ranks in (all written by the one sealing transaction)."""
+    return min(MAX_RANK_BUCKETS, max(1, -(-world_size // MEMBERS_PER_BUCKET)))
+
+
+def bucket_of(member_id: str, buckets: int) -> int:
+    """The bucket a member's rank is in: a stable hash, so that a member reads only its own bucket."""
+    return zlib.crc32(member_id.encode()) % max(buckets, 1)
+
+
+def in_buckets(ranks: dict[str, int], buckets: int) -> dict[int, dict[str, int]]:
+    """A round's ranks split into its buckets (every bucket present, an empty one as {})."""
+    split: dict[int, dict[str, int]] = {b: {} for b in range(buckets)}
+    for member_id, rank in ranks.items():
+        split[bucket_of(member_id, buckets)][member_id] = rank
+    return split
+
+
 @dataclass(frozen=True)
 class Round:
-    """One round: open (members gather) or sealed (ranks fixed, training runs)."""
+    """One round: open (members gather) or sealed (ranks fixed, training runs).
+
+    The record itself stays small whatever the job's size (number, sealed, world size): the ranks live in
+    bucket keys written by the sealing transaction, and what an open round expects in a key of its own
+    (docs/design.md §3.20). `members`, `previous` and `expected` are assembled from those keys on a full read
+    (the sealer, the controller, the CLI); a member's own read holds only its own bucket of `members`.
+    """
 
     number: int
     sealed: bool = False
@@ -86,26 +119,23 @@ class Round:
     # a peer's report), hence alive and restarting: once those still holding a key are back, nobody else is
     # coming from that restart and the round need not wait out the last call (empty: no such knowledge).
     expected: tuple[str, ...] = ()
+    size: int = 0  # the sealed round's world size, as recorded (its `members` may be one bucket of it)
+    buckets: int = 0  # keys its ranks are kept in
     mod_revision: int = 0
 
     @property
     def world_size(self) -> int:
-        return len(self.members)
+        return self.size or len(self.members)
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {
             "round": self.number,
             "sealed": self.sealed,
-            "members": self.members,
-            "previous": self.previous,
             "opened_by": self.opened_by,
             "opened_at": self.opened_at,
         }
-        if self.expected:
-            data["expected"] = list(self.expected)
         if self.sealed:
-            data["world_size"] = self.world_size
-            data["sealed_at"] = self.sealed_at
+            data.update(world_size=self.world_size, sealed_at=self.sealed_at, buckets=self.buckets)
         return data
 
     @classmethod
@@ -114,12 +144,11 @@ class Round:
         return cls(
             number=record.round,
             sealed=record.sealed,
-            members=dict(record.members),
-            previous=dict(record.previous),
             opened_by=record.opened_by,
             opened_at=record.opened_at,
             sealed_at=record.sealed_at,
-            expected=tuple(record.expected),
+            size=record.world_size,
+            buckets=record.buckets,
             mod_revision=entry.mod_revision,
         )
 
@@ -173,6 +202,10 @@ class JobState:
     failures: dict[str, Failure] = field(default_factory=dict)  # member -> its failure reported in the current round
     done: dict[str, int] = field(default_factory=dict)  # member -> round in which its workers all exited 0
     alive: frozenset[str] = frozenset()  # members that answered a failure report of the current round
+    sealer: str | None = None  # the member that seals rounds and watches the member keys (None: nobody yet)
+    # True when every member key and rank bucket was read (the sealer, the controller, the CLI); False for a
+    # member's own view, which holds its own member key and rank bucket only (docs/design.md §3.20).
+    roster: bool = True
     revision: int = 0
     corrupt: dict[str, str] = field(default_factory=dict)  # key -> why its value does not decode
 
@@ -188,21 +221,23 @@ class JobState:
         return CorruptValueError(key, self.corrupt[key])
 
     @classmethod
-    def parse(cls, keys: JobKeys, entries: list[Entry], revision: int = 0) -> JobState:
+    def parse(cls, keys: JobKeys, entries: list[Entry], revision: int = 0, roster: bool = True) -> JobState:
+        """`roster`: whether `entries` hold every member key and rank bucket (False: a member's own view)."""
         parser = _Parser(keys)
         for entry in entries:
             try:
                 parser.add(entry)
             except CorruptValueError as err:
                 parser.corrupt[err.key] = err.problem
-        return parser.state(revision)
+        return parser.state(revision, roster)
 
 
 def read_by_protocol(keys: JobKeys, key: str) -> bool:
     """Whether `key` is one a JobState is made of (the parser's keys below); the agents' store, progress, the
     status, worker records and exits decide nothing in the round protocol."""
-    return key in (keys.run, keys.round, keys.budget, keys.closed, keys.spec) or key.startswith(
-        (keys.members_prefix, keys.departed_prefix, keys.done_prefix, keys.incidents_prefix, keys.alive_prefix))
+    return key in (keys.run, keys.round, keys.budget, keys.closed, keys.spec, keys.sealer) or key.startswith(
+        (keys.members_prefix, keys.membership_prefix, keys.departed_prefix, keys.done_prefix,
+         keys.incidents_prefix, keys.alive_prefix))
 
 
 class _Parser:
@@ -211,6 +246,8 @@ class _Parser:
     def __init__(self, keys: JobKeys) -> None:
         self.keys = keys
         self.fields: dict[str, Any] = {"members": {}, "departed": {}, "done": {}}
+        self.ranks: dict[str, dict[str, int]] = {}  # round -> member -> rank, from its buckets
+        self.expected: dict[str, list[str]] = {}  # round -> the members it expects
         self.reports: dict[str, tuple[str, Failure]] = {}
         self.answers: list[tuple[str, str]] = []
         self.corrupt: dict[str, str] = {}
@@ -223,8 +260,15 @@ class _Parser:
         elif key == keys.run:
             run = decode_model(RunRecord, key, value)
             self.fields["run_id"], self.fields["job_lease"] = run.run_id, run.lease
+        elif key.startswith(keys.ranks_prefix):
+            round_text, _, _bucket = key[len(keys.ranks_prefix) :].partition("/")
+            self.ranks.setdefault(round_text, {}).update(decode_ranks(key, value))
+        elif key.startswith(keys.expected_prefix):
+            self.expected[key[len(keys.expected_prefix) :]] = decode_expected(key, value)
         elif key == keys.round:
             self.fields["round"] = Round.decode(entry)
+        elif key == keys.sealer:
+            self.fields["sealer"] = decode_model(SealerRecord, key, value).member
         elif key == keys.budget:
             self.fields["budget"], self.fields["budget_revision"] = decode_budget(key, value), entry.mod_revision
         elif key == keys.closed:
@@ -244,12 +288,20 @@ class _Parser:
             round_text, _, member_id = key[len(keys.alive_prefix) :].partition("/")
             self.answers.append((round_text, member_id))
 
-    def state(self, revision: int) -> JobState:
+    def state(self, revision: int, roster: bool) -> JobState:
         rnd: Round | None = self.fields.get("round")
         current = str(rnd.number) if rnd is not None else None
+        if rnd is not None:
+            rnd = dataclasses.replace(
+                rnd,
+                members=self.ranks.get(current, {}) if rnd.sealed else {},
+                previous=self.ranks.get(str(rnd.number - 1), {}),
+                expected=tuple(self.expected.get(current, ())),
+            )
         failures = {m: f for m, (r, f) in self.reports.items() if r == current}
         alive = frozenset(m for r, m in self.answers if r == current)
-        return JobState(**self.fields, failures=failures, alive=alive, revision=revision, corrupt=self.corrupt)
+        return JobState(**{**self.fields, "round": rnd}, failures=failures, alive=alive, roster=roster,
+                        revision=revision, corrupt=self.corrupt)
 
 
 @functools.lru_cache(maxsize=8192)

@@ -11,12 +11,14 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import queue
 import threading
 from collections.abc import Callable
 
 from elastic.rendezvous.run import JobRun
 from elastic.rendezvous.state import JobState
 from elastic.store import Entry, PrefixWatch
+from elastic.store.watch import WatchEvent
 
 
 class ChangeSignal:
@@ -63,46 +65,150 @@ class ChangeSignal:
 
 
 class JobView:
-    def __init__(self, run: JobRun, on_change: Callable[[], None] = lambda: None) -> None:
+    """The job's keys as last seen, kept current by a watch.
+
+    A member's view (`member` given) holds the job's keys but the roster's (`JobKeys.roster_range`: the
+    member keys and the rank buckets), plus its own member key and its own rank bucket: what it receives per
+    round then stays the same however many members the job has (docs/design.md §3.20). The sealer widens its
+    view to every key (`widen`); the controller and the CLI read everything from the start.
+    """
+
+    def __init__(self, run: JobRun, on_change: Callable[[], None] = lambda: None, member: str | None = None) -> None:
         """`on_change`: called (from the watch thread) each time a key the protocol decides on moved, or the
         watch failed."""
         self.run = run
+        self.member = member
         self._on_change = on_change
-        entries, revision = run.store.get_prefix(run.keys.prefix)
-        self._entries: dict[str, Entry] = {e.key: e for e in entries}
-        self._revision = revision
-        # The latest revision at which a key the protocol decides on changed: progress, the status and the
-        # agents' store move the revision without changing the state, and are not worth a parse of every member.
-        self._deciding_revision = revision
-        self._parsed: JobState | None = None
         self._changed = threading.Condition()
-        self._watch = PrefixWatch(run.store, run.keys.prefix, start_revision=revision + 1)
+        self._entries: dict[str, Entry] = {}
+        self._revision = 0
+        # Counts the changes of keys the protocol decides on (and of what this view holds): progress, the
+        # status and the agents' store move the revision without changing the state, and are not worth a parse
+        # of every member. A count, not a revision: our own writes and our bucket are not in revision order.
+        self._generation = 0
+        self._parsed: tuple[int, JobState] | None = None
+        self._watches: list[PrefixWatch] = []
+        self._events: queue.Queue[WatchEvent | BaseException] = queue.Queue()
+        self._whole = member is None
         self._stopped = threading.Event()
         self._error: BaseException | None = None
+        self.events_received = 0  # watch events delivered to this view: what its scope costs per round
+        self._load()
         self._thread = threading.Thread(target=self._follow, name="job-view", daemon=True)
         self._thread.start()
+
+    @property
+    def whole(self) -> bool:
+        """True when the view holds every key of the job (the roster's too)."""
+        return self._whole
+
+    def widen(self) -> None:
+        """Hold every key of the job from now on (this member became the sealer)."""
+        with self._changed:
+            if self._whole:
+                return
+            self._whole = True
+        self._load()
+        self._on_change()  # the roster is in the state now: whoever waits on the signal decides again
+
+    def wrote(self, key: str, value: bytes, revision: int) -> None:
+        """Our own write of a key a member's view does not watch (its own member key): keep it as written."""
+        with self._changed:
+            if not self._whole:
+                self._entries[key] = Entry(key, value, revision, 0, 0)
+                self._generation += 1
+
+    def _load(self) -> None:
+        """Read the view's keys and watch them from the revision after: a fresh queue, so that nothing the
+        previous watches still deliver (older than this read) is applied over it."""
+        run, keys = self.run, self.run.keys
+        if self._whole:
+            entries, revision = run.store.get_prefix(keys.prefix)
+            ranges: list[tuple[str, str | None]] = [(keys.prefix, None)]
+        else:
+            entries, revision = run.store.get_ranges(keys.member_ranges)
+            ranges = list(keys.member_ranges)
+        events: queue.Queue[WatchEvent | BaseException] = queue.Queue()
+        watches = [PrefixWatch(run.store, start, revision + 1, range_end=end, events=events) for start, end in ranges]
+        with self._changed:
+            old = self._watches
+            own = {k: e for k, e in self._entries.items() if not self._whole and k == keys.member(self.member or "")}
+            self._entries = {**own, **{e.key: e for e in entries}}
+            self._revision = max(self._revision, revision)
+            self._generation += 1
+            self._watches, self._events = watches, events
+            self._changed.notify_all()
+        for watch in old:
+            watch.cancel()
+        if not self._whole:
+            self._fetch_own_bucket()
+
+    def _fetch_own_bucket(self) -> None:
+        """Read this member's bucket of the current sealed round's ranks (one key), dropping older buckets."""
+        with self._changed:
+            round_entry = self._entries.get(self.run.keys.round)
+            events = self._events
+        bucket = self._own_bucket(round_entry)
+        with self._changed:
+            if events is self._events:
+                self._keep_bucket(bucket)
+                self._changed.notify_all()
+
+    def _own_bucket(self, round_entry: Entry | None) -> Entry | None:
+        key = self.run.own_bucket(self.member, round_entry) if self.member is not None else None
+        return self.run.store.get(key) if key is not None else None
+
+    def _keep_bucket(self, bucket: Entry | None) -> None:
+        for key in [k for k in self._entries if k.startswith(self.run.keys.ranks_prefix)]:
+            del self._entries[key]
+        if bucket is not None:
+            self._entries[bucket.key] = bucket
+        self._generation += 1
 
     def _follow(self) -> None:
         try:
             while not self._stopped.is_set():
-                event = self._watch.get(timeout=0.5)
-                if event is None:
+                events = self._events
+                try:
+                    batch = [events.get(timeout=0.5)]
+                except queue.Empty:
                     continue
                 # Apply everything already received before waking anyone: when N members join at once,
                 # each of them decides once per burst of events rather than once per event.
+                with contextlib.suppress(queue.Empty):
+                    while True:
+                        batch.append(events.get_nowait())
+                applied = [e for e in batch if not isinstance(e, BaseException)]
+                self.events_received += len(applied)
+                rounds = [e for e in applied if e.key == self.run.keys.round]
+                # A member learns its rank from its bucket, read before the new round is applied: nobody may
+                # see the round sealed without its own rank and conclude that it was left out.
+                bucket = None
+                if rounds and not self._whole:
+                    last = rounds[-1]
+                    bucket = self._own_bucket(None if last.kind == "delete" else _entry(last))
                 deciding = False
                 with self._changed:
-                    for e in [event, *self._watch.drain()]:
+                    if events is not self._events:
+                        continue  # widened meanwhile: the new read holds all of it
+                    for e in applied:
                         if e.kind == "delete":
                             self._entries.pop(e.key, None)
                         else:
-                            self._entries[e.key] = Entry(e.key, e.value, e.revision, 0, 0)
-                        self._revision = e.revision
+                            self._entries[e.key] = _entry(e)
+                        self._revision = max(self._revision, e.revision)
                         if self.run.decides_on(e.key):
-                            deciding, self._deciding_revision = True, e.revision
+                            deciding = True
+                    if deciding:
+                        self._generation += 1
+                    if rounds and not self._whole:
+                        self._keep_bucket(bucket)
                     self._changed.notify_all()
                 if deciding:
                     self._on_change()
+                for item in batch:
+                    if isinstance(item, BaseException):
+                        raise item
         except BaseException as err:  # a compacted watch: make every reader fall back to etcd
             with self._changed:
                 self._error = err
@@ -122,19 +228,21 @@ class JobView:
         """The job's state at the latest revision seen (polled every 0.2 s): parsed again only when a key the
         protocol decides on changed since the last parse; else the same state, at the latest revision."""
         if self._error is not None:
-            return self.run.read()
+            return self.run.read(None if self._whole else self.member)
         with self._changed:
-            parsed, revision = self._parsed, self._revision
-            if parsed is not None and parsed.revision >= self._deciding_revision:
+            revision, generation = self._revision, self._generation
+            if self._parsed is not None and self._parsed[0] == generation:
+                parsed = self._parsed[1]
                 if parsed.revision != revision:
-                    parsed = self._parsed = dataclasses.replace(parsed, revision=revision)
+                    parsed = dataclasses.replace(parsed, revision=revision)
+                    self._parsed = (generation, parsed)
                 return parsed
-            entries = list(self._entries.values())
+            entries, whole = list(self._entries.values()), self._whole
         # Parsed outside the lock, so that the watch thread is never held up by a reader.
-        parsed = JobState.parse(self.run.keys, [e for e in entries if self.run.decides_on(e.key)], revision)
+        parsed = JobState.parse(self.run.keys, [e for e in entries if self.run.decides_on(e.key)], revision, whole)
         with self._changed:
-            if self._parsed is None or self._parsed.revision < revision:
-                self._parsed = parsed
+            if self._parsed is None or self._parsed[0] < generation:
+                self._parsed = (generation, parsed)
         return parsed
 
     def entry(self, key: str) -> Entry | None:
@@ -153,5 +261,12 @@ class JobView:
 
     def close(self) -> None:
         self._stopped.set()
-        self._watch.cancel()
+        with self._changed:
+            watches = list(self._watches)
+        for watch in watches:
+            watch.cancel()
         self._thread.join(timeout=5)
+
+
+def _entry(event: WatchEvent) -> Entry:
+    return Entry(event.key, event.value, event.revision, 0, 0)

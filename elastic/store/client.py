@@ -268,6 +268,20 @@ class Store:
         )
         return [_entry(kv) for kv in response.kvs], response.header.revision
 
+    def get_ranges(self, ranges: Sequence[tuple[str, str]]) -> tuple[list[Entry], int]:
+        """The keys in each [start, end) range, all read at one revision (that of the first read)."""
+        entries: list[Entry] = []
+        revision = 0
+        for start, end in ranges:
+            response = self._call(
+                f"get {start}..{end}",
+                lambda start=start, end=end, at=revision: self.client.get_range_response(
+                    start, end, sort_order="ascend", **({"revision": at} if at else {})),
+            )
+            entries.extend(_entry(kv) for kv in response.kvs)
+            revision = revision or response.header.revision
+        return entries, revision
+
     def put(self, key: str, value: bytes | str, lease: int | None = None) -> int:
         """Write `key`; returns the revision of the write."""
         response = self._call(f"put {key}", lambda: self.client.put(key, value, lease=lease))

@@ -54,6 +54,46 @@ class JobKeys:
         return self.prefix + "round"
 
     @functools.cached_property
+    def roster_range(self) -> tuple[str, str]:
+        """[start, end) of the keys only the sealer reads (`members/`, `membership/`): a member watches the
+        job's other keys, so that what it receives per round does not grow with the job's size."""
+        return self.prefix + "members", self.prefix + "membert"
+
+    @functools.cached_property
+    def member_ranges(self) -> tuple[tuple[str, str], tuple[str, str]]:
+        """The job's keys but the roster's, as two [start, end) ranges: what a member watches."""
+        start, end = self.roster_range
+        return (self.prefix, start), (end, self.prefix[:-1] + chr(ord(self.prefix[-1]) + 1))
+
+    @functools.cached_property
+    def membership_prefix(self) -> str:
+        return self.prefix + "membership/"
+
+    def ranks(self, round_number: int) -> str:
+        """The ranks of a sealed round, in buckets of a few dozen members each (one bucket: one key)."""
+        return f"{self.membership_prefix}ranks/{round_number}/"
+
+    def rank_bucket(self, round_number: int, bucket: int) -> str:
+        return f"{self.ranks(round_number)}{bucket}"
+
+    @functools.cached_property
+    def ranks_prefix(self) -> str:
+        return self.membership_prefix + "ranks/"
+
+    def expected(self, round_number: int) -> str:
+        """The members an open round waits for by name (see `Round.expected`)."""
+        return f"{self.expected_prefix}{round_number}"
+
+    @functools.cached_property
+    def expected_prefix(self) -> str:
+        return self.membership_prefix + "expected/"
+
+    @functools.cached_property
+    def sealer(self) -> str:
+        """The member that seals rounds and watches the member keys, on its member lease (docs/design.md §3.20)."""
+        return self.prefix + "sealer"
+
+    @functools.cached_property
     def budget(self) -> str:
         return self.prefix + "budget"
 

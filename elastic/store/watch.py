@@ -34,13 +34,19 @@ class WatchEvent:
 
 
 class PrefixWatch:
-    """Events under a prefix from `start_revision` on (0: from now), delivered through `get`/iteration."""
+    """Events under a prefix from `start_revision` on (0: from now), delivered through `get`/iteration.
 
-    def __init__(self, store: Store, prefix: str, start_revision: int = 0) -> None:
+    `range_end`: watch [prefix, range_end) instead of the prefix. `events`: deliver into this queue, shared
+    with other watches (a view made of several ranges reads one queue).
+    """
+
+    def __init__(self, store: Store, prefix: str, start_revision: int = 0, range_end: str | None = None,
+                 events: queue.Queue[WatchEvent | BaseException] | None = None) -> None:
         self.store = store
         self.prefix = prefix
+        self._range_end = range_end.encode() if range_end is not None else None
         self._next_revision = start_revision
-        self._events: queue.Queue[WatchEvent | BaseException] = queue.Queue()
+        self._events: queue.Queue[WatchEvent | BaseException] = events if events is not None else queue.Queue()
         self._stopped = threading.Event()
         self._call: Any = None
         self._lock = threading.Lock()
@@ -125,7 +131,7 @@ class PrefixWatch:
         key = self.prefix.encode()
         create = pyetcd.etcdrpc.WatchCreateRequest(
             key=key,
-            range_end=pyetcd.utils.prefix_range_end(key),
+            range_end=self._range_end or pyetcd.utils.prefix_range_end(key),
             start_revision=self._next_revision,
         )
         stop = self._stopped

@@ -53,7 +53,8 @@ class RoundFollower:
     def __init__(self, context: WorkerContext) -> None:
         self.context = context
         self.store = Store(context.endpoints, auth=context.auth, retry_seconds=15)
-        self.view = JobView(JobRun(self.store, context.job))
+        # A member's view: the job's keys but the roster, with its agent's bucket of the ranks (§3.20).
+        self.view = JobView(JobRun(self.store, context.job), member=context.member)
 
     def state(self) -> JobState:
         return self.view.state()

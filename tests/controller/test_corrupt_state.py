@@ -53,7 +53,11 @@ CASES = [
     ("workers/w1", '{"pid":"12"}'),
     # absurd numbers (issue 22): each bounded, each CorruptState on its own job
     ("round", '{"round":100000000000000000000000000}'),
-    ("round", '{"round":0,"members":{"m1":4294967296}}'),
+    ("membership/ranks/0/0", '{"m1":4294967296}'),
+    ("membership/ranks/0/0", '["m1"]'),
+    ("membership/expected/0", '{"m1":0}'),
+    ("sealer", '{"member":7}'),
+    ("round", '{"round":0,"sealed":true,"world_size":1,"buckets":126}'),
     ("round", '{"round":1,"opened_at":1e300}'),
     ("budget", '{"max":3,"used":99999999999999999999}'),
     ("members/m1", '{"round":0,"pid":99999999999999999999}'),

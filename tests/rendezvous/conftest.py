@@ -10,7 +10,7 @@ import pytest
 
 from elastic.store import JobKeys, Store
 from elastic.store.server import EtcdServer
-from harness.agents import AgentProcess, Step, torchrun_command
+from harness.agents import AgentProcess, Step, round_record, torchrun_command
 
 
 class TrainingJob:
@@ -51,7 +51,7 @@ class TrainingJob:
         return self.store.get_json(self.keys.budget)
 
     def round(self) -> dict[str, Any]:
-        return self.store.get_json(self.keys.round)
+        return round_record(self.store, self.keys)
 
     def closed(self) -> dict[str, Any] | None:
         return self.store.get_json(self.keys.closed)

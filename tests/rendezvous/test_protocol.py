@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -12,6 +13,7 @@ from elastic.policy.incident import NODE_LOST, Failure, RoundEnd, incident_of
 from elastic.rendezvous.protocol import (
     Change,
     EndDeadRound,
+    EndRound,
     Joined,
     Refuse,
     Seal,
@@ -37,6 +39,11 @@ SETTINGS = Settings(min_nodes=2, max_nodes=3, last_call_seconds=2.0)
 
 def state(round_: Round, *members: Member, closed: Closed | None = None, departed=None) -> JobState:
     return JobState(round=round_, members={m.id: m for m in members}, closed=closed, departed=departed or {})
+
+
+def follower(st: JobState) -> JobState:
+    """What a member that is not the sealer holds: the same keys but the others' member keys and buckets."""
+    return dataclasses.replace(st, roster=False)
 
 
 def m(member_id: str, target: int, joined_at: float = 0.0) -> Member:
@@ -66,10 +73,22 @@ JOIN_CASES = [
     ("a late joiner targets the next round", state(SEALED0, m("a", 0), m("b", 0)), "c", 0, None, Target(1)),
     ("a joiner ends a sealed round none of whose members is alive", state(SEALED0, m("c", 1)), "c", 0, None,
      EndDeadRound(SEALED0)),
-    ("a round whose only member left finished is not dead", state(SEALED0, m("c", 1), departed={
-        "a": Departure("Finished", 0)}), "c", 0, None, Wait(None)),
-    ("a late joiner already waiting just waits", state(SEALED0, m("a", 0), m("b", 0), m("c", 1)), "c", 0, None,
-     Wait(None)),
+    ("a round whose only member left finished is not dead: the sealer ends it on the other one's loss",
+     state(SEALED0, m("c", 1), departed={"a": Departure("Finished", 0)}), "c", 0, None,
+     EndRound(SEALED0, Change(MEMBER_LOST, member="b"))),
+    ("the sealer waiting outside the round ends it on a member's loss", state(SEALED0, m("a", 0), m("c", 1)), "c", 0,
+     None, EndRound(SEALED0, Change(MEMBER_LOST, member="b"))),
+    # A member that is not the sealer sees only its own key and its own bucket of ranks (docs/design.md §3.19).
+    ("a member waits for the sealer to seal, however many gathered",
+     follower(state(OPEN0, m("a", 0), m("b", 0), m("c", 0))), "c", 0.0, None, Wait(None)),
+    ("a member ends no dead round: it cannot see one", follower(state(SEALED0, m("c", 1))), "c", 0, None, Wait(None)),
+    ("a member finds its rank in its bucket", follower(state(Round(0, sealed=True, members={"b": 1}, size=2),
+                                                             m("b", 0))), "b", 0, None,
+     Joined(Round(0, sealed=True, members={"b": 1}, size=2), 1)),
+    ("a late joiner already waiting just waits", follower(state(SEALED0, m("a", 0), m("b", 0), m("c", 1))), "c", 0,
+     None, Wait(None)),
+    ("the sealer waiting as a late joiner below max ends the round to grow it",
+     state(SEALED0, m("a", 0), m("b", 0), m("c", 1)), "c", 0, None, EndRound(SEALED0, Change(SCALE_UP, waiting=1))),
 ]
 
 
@@ -123,6 +142,9 @@ CHANGE_CASES = [
      Change(STORE_UNAVAILABLE)),
     ("every lease lapsing together with a joiner waiting is still a store outage", state(SEALED0, m("c", 1)),
      Change(STORE_UNAVAILABLE)),
+    ("a member that is not the sealer leaves a loss to the sealer", follower(state(SEALED0, m("a", 0))), None),
+    ("a member that is not the sealer still sees its round end", follower(state(Round(1), m("a", 0))),
+     Change(ROUND_ENDED)),
     ("a waiting joiner at max waits unseen (no restart loop)",
      state(Round(0, sealed=True, members={"a": 0, "b": 1, "c": 2}), m("a", 0), m("b", 0), m("c", 0), m("d", 1)),
      None),
@@ -234,7 +256,10 @@ def test_a_scale_up_expects_every_member_and_newcomer_so_it_seals_without_the_la
     state = JobState(round=sealed, members={"a": m("a", 3), "b": m("b", 3), "n": m("n", 4)}, job_lease=1)
     plan = plan_round_end(keys, state, sealed, incident_of(RoundEnd.SCALE_UP, None), 100.0)
     following = next(op for op in plan.ops if getattr(op, "key", None) == keys.round)
-    assert json.loads(following.value)["expected"] == ["a", "b", "n"]
+    assert json.loads(following.value) == {"round": 4, "sealed": False, "opened_by": "ScaleUp", "opened_at": 100.0}, \
+        "the round record stays small: what it expects is a key of its own"
+    expected = next(op for op in plan.ops if getattr(op, "key", None) == keys.expected(4))
+    assert json.loads(expected.value) == ["a", "b", "n"]
     after = Round(4, previous=sealed.members, opened_by="ScaleUp", expected=("a", "b", "n"))
     back = JobState(round=after, members={i: m(i, 4) for i in "abn"})
     assert join_step(back, "a", Settings(min_nodes=1, max_nodes=4, last_call_seconds=30.0), 0.0, None) == Seal(

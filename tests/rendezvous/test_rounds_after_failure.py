@@ -21,7 +21,7 @@ import pytest
 
 from elastic.store import JobKeys, Store
 from elastic.store.server import EtcdServer
-from harness.agents import wait_until
+from harness.agents import round_record, wait_until
 
 CONF = "last_call_seconds=120,lease_seconds=60,settle_seconds=1,max_restarts=5"
 START = 60  # seconds for a member process to import torch and join, on a busy machine
@@ -98,11 +98,11 @@ def _id_of(member: Member, round_record: dict[str, Any]) -> str:
 def test_a_lost_node_is_not_waited_for(members) -> None:
     start, store, keys = members
     survivor, lost = start(2)
-    lost_id = _id_of(lost, store.get_json(keys.round))
+    lost_id = _id_of(lost, round_record(store, keys))
     lost.stop()  # SIGKILL: its lease (60 s) keeps its member key alive long after the recovery below
     survivor.next()
     assert survivor.joined(RECOVERY) == (0, 1)
-    following = store.get_json(keys.round)
+    following = round_record(store, keys)
     # The survivor reported nothing known (stock torchrun) and the lost member stayed silent: the round ends
     # as the silent member's loss, charged to it, never to the survivor (docs/design.md §3.16; this said
     # WorkerFailure, of the survivor, before the incident module).
@@ -116,11 +116,11 @@ def test_a_lost_node_is_not_waited_for(members) -> None:
 def test_a_member_that_answered_the_incident_is_waited_for_and_then_nobody_else(members) -> None:
     start, store, keys = members
     failed, peer, lost = start(3)
-    first = store.get_json(keys.round)
+    first = round_record(store, keys)
     lost.stop()
     failed.next()  # its workers failed; the peer's agent has not noticed anything yet (its workers still run)
-    assert wait_until(lambda: store.get_json(keys.round)["round"] == 1, RECOVERY)
-    following = store.get_json(keys.round)
+    assert wait_until(lambda: round_record(store, keys)["round"] == 1, RECOVERY)
+    following = round_record(store, keys)
     assert following["expected"] == sorted([_id_of(failed, first), _id_of(peer, first)]), (
         "the peer answered the failure report, so it is expected back; the lost member stayed silent"
     )

@@ -1,0 +1,61 @@
+"""What one member sends to and receives from etcd to be ranked does not grow with the job (issue 27,
+docs/design.md §3.20): a member that is not the sealer watches no other member's key and reads only its own
+bucket of the ranks, so its requests and watch events are the same at 64 members as at 8, and the bytes it
+receives stay below one bucket's worth. Real handlers on a real etcd, as threads of this process (each with
+its own etcd connection and lease); the store counts every request its handler makes and the bytes of the
+answers; the view counts the watch events it received."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from torch.distributed.elastic.rendezvous import RendezvousParameters
+
+from elastic.rendezvous.config import RendezvousConfig
+from elastic.rendezvous.handler import EtcdV3RendezvousHandler
+from elastic.store import Store
+
+
+class CountingStore(Store):
+    """A real etcd client that counts its unary requests and the bytes of their answers."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.requests = 0
+        self.bytes_received = 0
+
+    def _call(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        result = super()._call(what, fn, *args, **kwargs)
+        self.requests += 1
+        size = getattr(result, "ByteSize", None)
+        self.bytes_received += size() if callable(size) else 0
+        return result
+
+
+def _round_cost(url: str, n: int) -> list[tuple[int, int, int]]:
+    """(requests, bytes received, watch events) of each member but the sealer, for one round of n members."""
+    params = RendezvousParameters("etcd-v3", url, f"cost-{n}", n, n, local_addr="127.0.0.1", job=f"default/cost-{n}",
+                                  lease_seconds=30, last_call_seconds=30)
+    handlers = [EtcdV3RendezvousHandler(RendezvousConfig.from_parameters(params), store=CountingStore(url))
+                for _ in range(n)]
+    try:
+        with ThreadPoolExecutor(n) as pool:
+            ranks = sorted(info.rank for info in pool.map(lambda h: h.next_rendezvous(), handlers, timeout=120))
+        assert ranks == list(range(n))
+        members = [h for h in handlers if not h._view.whole]
+        assert len(members) == n - 1, "exactly one member seals"
+        return [(h.store.requests, h.store.bytes_received, h._view.events_received) for h in members]
+    finally:
+        for handler in handlers:
+            handler.shutdown()
+
+
+def test_a_members_cost_of_a_round_is_the_same_at_64_members_as_at_8(etcd_server) -> None:
+    small, large = _round_cost(etcd_server.client_url, 8), _round_cost(etcd_server.client_url, 64)
+    most = [max(cost[i] for cost in small) for i in range(3)]
+    for requests, received, events in large:
+        assert requests <= most[0], (requests, most, "a member's requests grew with the job")
+        assert events <= most[2] + 1, (events, most, "a member's watch events grew with the job")
+        # one bucket of ranks (at most ~64 members of ~40 bytes) and a few small records, whatever the size
+        assert received < 8 * 1024, received
