@@ -8,7 +8,8 @@ default N / 16), so that 1,024 members fit in this machine's memory and what is 
 protocol, not 1,024 Python interpreters. The worker processes are forked from a forkserver that imported
 torch once. Then (etcd-v3) the member at rank N / 2 dies: its keep-alives stop, nothing is revoked; the
 others ask `num_nodes_waiting()` every 0.1 s, as torch's agent does, and rendezvous again once it turns
-positive. Measured per round:
+positive (with `--lose sealer`, the member that seals the rounds dies: the others see its key go, elect
+another, which ends the round on the loss). Measured per round:
 
   time      from the common start to the moment the last member holds its rank (ranks 0..N-1, world N)
   requests  etcd-v3: gRPC messages etcd received (its /metrics, grpc_server_msg_received_total: every
@@ -69,7 +70,9 @@ def member_process(conn: Any, backend: str, endpoint: str, run_id: str, n: int, 
                 for op, count in store.calls.items():
                     calls[op] = calls.get(op, 0) + count
                 bytes_read += store.bytes_read
-        conn.send(("done", results, calls, bytes_read, _cpu_seconds() - cpu_before))
+        sealers = [i for i, (handler, _) in zip(indices, made, strict=True)
+                   if getattr(getattr(handler, "_view", None), "whole", False)]  # fmt: skip
+        conn.send(("done", results, calls, bytes_read, _cpu_seconds() - cpu_before, sealers))
         command = conn.recv()
         if command[0] == "lose":
             _, victim, lose_at = command
@@ -167,7 +170,7 @@ PRELOAD = ["torch", "torch.distributed.elastic.rendezvous.dynamic_rendezvous",
 
 
 def measure(backend: str, n: int, repeat: int, per_proc: int, etcd_url: str, etcd_pid: int | None,
-            timeout: float, conf: dict[str, Any], lose: bool) -> Measurement:
+            timeout: float, conf: dict[str, Any], lose: str | None) -> Measurement:
     run_id = f"scale-{n}-{time.time_ns() % 10**12}"
     server = None
     if backend == "c10d":
@@ -207,10 +210,12 @@ def measure(backend: str, n: int, repeat: int, per_proc: int, etcd_url: str, etc
         calls: dict[str, float] = {}
         bytes_read = 0.0
         client_cpu = 0.0
+        sealers: list[int] = []
         server_before = _cpu_seconds(server_pid)
         for conn in pipes:
             message = _receive(conn, timeout + 60, "done")
             results += message[1]
+            sealers += message[5]
             for op, count in message[2].items():
                 calls[op] = calls.get(op, 0) + count
             bytes_read += message[3]
@@ -219,7 +224,8 @@ def measure(backend: str, n: int, repeat: int, per_proc: int, etcd_url: str, etc
         server_cpu = _cpu_seconds(server_pid) - server_before
         seconds, note = _ranked(results, n, go_at, timeout)
         if lose and backend == "etcd-v3" and seconds is not None:
-            loss = _lose_one(pipes, groups, results, n, metrics, server_pid, timeout)
+            victims = sealers if lose == "sealer" else []
+            loss = _lose_one(pipes, groups, results, n, metrics, server_pid, timeout, victims)
         else:
             for conn in pipes:
                 conn.send(("stop",))
@@ -260,11 +266,12 @@ def _ranked(results: list[Any], n: int, start: float, timeout: float) -> tuple[f
 
 
 def _lose_one(pipes: list[Any], groups: list[list[int]], results: list[Any], n: int, metrics: common.EtcdMetrics,
-              server_pid: int | None, timeout: float) -> Round:
-    """The member at rank n // 2 dies (its keep-alives stop); the others notice through the round and rejoin.
-    Seconds from its death to the last survivor ranked in a round of n - 1 (its lease must lapse first)."""
+              server_pid: int | None, timeout: float, sealers: list[int]) -> Round:
+    """The member at rank n // 2 (or the sealer, when `sealers` names it) dies (its keep-alives stop); the others
+    notice through the round (or the sealer key's loss) and rejoin. Seconds from its death to the last survivor
+    ranked in a round of n - 1 (its lease must lapse first)."""
     order = [i for group in groups for i in group]  # results come back in this order
-    victim = next(i for i, r in zip(order, results, strict=True) if r[1] == n // 2)
+    victim = sealers[0] if sealers else next(i for i, r in zip(order, results, strict=True) if r[1] == n // 2)
     before, server_before = metrics.sample(), _cpu_seconds(server_pid)
     lose_at = time.time() + 0.5
     for conn in pipes:
@@ -434,6 +441,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--lease-seconds", type=int, default=defaults.LEASE_SECONDS,
                         help=f"etcd-v3 members' lease TTL (default {defaults.LEASE_SECONDS}, the project's)")
     parser.add_argument("--no-loss", action="store_true", help="skip the round after a member's loss")
+    parser.add_argument("--lose", choices=("member", "sealer"), default="member",
+                        help="who dies in the loss round: the member at rank N/2 (default), or the member that "
+                             "seals the rounds (the others then elect another)")
     parser.add_argument("--c10d-max", type=int, default=256,
                         help="c10d runs only up to this N (default 256: its store grows as N^2)")
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds one rendezvous may take (default 300)")
@@ -454,7 +464,9 @@ def main(argv: list[str] | None = None) -> int:
     common.print_environment(env)
     print(f"# nnodes N-1:N; members per worker process: {args.members_per_proc or f'N / {PROCESSES}, at least 4'} "
           "(threads, one handler and one etcd connection each); etcd-v3 lease_seconds="
-          f"{args.lease_seconds}; stock etcd (no server flags beyond the managed defaults)")
+          f"{args.lease_seconds}; the loss round loses the "
+          f"{'sealer' if args.lose == 'sealer' else 'member at rank N/2'}; "
+          "stock etcd (no server flags beyond the managed defaults)")
     rows: list[Measurement] = []
     conf = {"lease_seconds": args.lease_seconds}
     with common.etcd_server() as etcd:
@@ -465,7 +477,7 @@ def main(argv: list[str] | None = None) -> int:
                     if backend == "c10d" and n > args.c10d_max:
                         continue
                     m = measure(backend, n, r, per_proc, etcd.client_url, etcd.process.pid, args.timeout, conf,
-                                not args.no_loss)  # fmt: skip
+                                None if args.no_loss else args.lose)  # fmt: skip
                     rows.append(m)
                     took = "none" if m.seconds is None else f"{m.seconds:.2f} s"
                     lost = "" if m.loss is None else (
