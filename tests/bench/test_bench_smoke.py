@@ -63,6 +63,17 @@ def test_scale_runs_with_four_members(tmp_path: Path) -> None:
     assert (tmp_path / "scale_runs.csv").exists()
 
 
+def test_scale_ranks_256_members_each_watching_a_few_keys() -> None:
+    """Issue 27: 256 members, 16 per process, each its own handler, lease and etcd connection, are ranked; what
+    one member receives stays a few watch events and a few KiB (each used to receive every other's join)."""
+    out = run_bench("scale.py", "--sizes", "256", "--repeat", "1", "--backends", "etcd-v3", "--no-loss",
+                    "--timeout", "120", timeout=300)
+    line = re.search(r"^RESULT rendezvous_members_256_s=(\S+) (.+)$", out, re.M)
+    assert line and line[1] != "nan", f"256 members were not all ranked:\n{out[-3000:]}"
+    member = dict(pair.split("=") for pair in line[2].split())
+    assert float(member["events_per_member"]) < 10 and float(member["bytes_per_member"]) < 8 * 1024, member
+
+
 def test_overhead_runs(tmp_path: Path) -> None:
     out = run_bench("overhead.py", "--repeat", "1", "--window", "2", "--warmup", "0.5",
                     "--variants", "etcd-v3,c10d-defaults", "--out", str(tmp_path))
