@@ -189,7 +189,9 @@ def re_rank(agent: AgentProcess) -> int | None:
 
 
 def test_a_scale_up_is_free_and_the_newcomer_receives_the_state(in_place_job) -> None:
-    total = 200
+    # Enough steps left for the newcomer's agent to start (torch imported, zygote ready) on a loaded machine:
+    # at 200 the first two could finish before it arrived, and it then joined a round nobody trained in.
+    total = 400
     job = in_place_job("2:3", ["--steps", str(total), "--step-seconds", "0.03"])
     first = [job.add_agent() for _ in range(2)]
     assert wait_until(lambda: any(s > 20 for s in job.steps()), 90), job.logs()
