@@ -90,9 +90,11 @@ def c10d_store_server() -> dist.TCPStore:
 
 def make_handler(
     backend: str, endpoint: str, run_id: str, min_nodes: int, max_nodes: int, index: int,
-    conf: dict[str, Any] | None = None,
+    conf: dict[str, Any] | None = None, etcd: Any = None,
 ) -> tuple[RendezvousHandler, CountingStore | None]:
-    """One member's handler, connected (so that connecting is not what gets timed)."""
+    """One member's handler, connected (so that connecting is not what gets timed). `etcd`: an
+    `elastic.store.Store` the member shares with others of its process (one gRPC channel; each member still
+    has its own lease, watches and decisions); None: a connection of its own, as an agent process has."""
     params = RendezvousParameters(
         backend=backend, endpoint=endpoint, run_id=run_id, min_nodes=min_nodes, max_nodes=max_nodes,
         local_addr="127.0.0.1", **(conf or {}),
@@ -102,7 +104,7 @@ def make_handler(
         from elastic.rendezvous.handler import EtcdV3RendezvousHandler
 
         # What the `torchrun.handlers` entry point builds (elastic.rendezvous.plugin.create_handler).
-        handler = EtcdV3RendezvousHandler(RendezvousConfig.from_parameters(params))
+        handler = EtcdV3RendezvousHandler(RendezvousConfig.from_parameters(params), store=etcd)
         # Many members share one process here; the member id (host-pid-16 random bits) is unique per agent
         # process, not per thread, so make it unique per thread.
         handler.member_id = f"{handler.member_id}-m{index}"  # type: ignore[attr-defined]

@@ -57,7 +57,14 @@ def member_process(conn: Any, backend: str, endpoint: str, run_id: str, n: int, 
     """One worker process: build its handlers, wait for the common start, rendezvous, report; then, told so,
     lose one member and re-rendezvous the others (etcd-v3); exit hard."""
     try:
-        made = [make_handler(backend, endpoint, run_id, max(n - 1, 1), n, i, conf if backend == "etcd-v3" else None)
+        shared = None
+        if backend == "etcd-v3" and conf.get("share_channel"):
+            from elastic.store import Store
+
+            shared = Store(endpoint, retry_seconds=15)
+        options = {k: v for k, v in conf.items() if k != "share_channel"}
+        made = [make_handler(backend, endpoint, run_id, max(n - 1, 1), n, i,
+                             options if backend == "etcd-v3" else None, shared)
                 for i in indices]  # fmt: skip
         conn.send(("ready", os.getpid()))
         go_at = conn.recv()
@@ -441,6 +448,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--lease-seconds", type=int, default=defaults.LEASE_SECONDS,
                         help=f"etcd-v3 members' lease TTL (default {defaults.LEASE_SECONDS}, the project's)")
     parser.add_argument("--no-loss", action="store_true", help="skip the round after a member's loss")
+    parser.add_argument("--share-channel", action="store_true",
+                        help="etcd-v3 members of one process share one etcd connection (gRPC channel); each still "
+                             "holds its own lease and watches and makes its own decisions")
     parser.add_argument("--lose", choices=("member", "sealer"), default="member",
                         help="who dies in the loss round: the member at rank N/2 (default), or the member that "
                              "seals the rounds (the others then elect another)")
@@ -463,12 +473,14 @@ def main(argv: list[str] | None = None) -> int:
     env = common.environment()
     common.print_environment(env)
     print(f"# nnodes N-1:N; members per worker process: {args.members_per_proc or f'N / {PROCESSES}, at least 4'} "
-          "(threads, one handler and one etcd connection each); etcd-v3 lease_seconds="
+          "(threads, one handler each and "
+          f"{'one etcd connection per process' if args.share_channel else 'each its own etcd connection'}); "
+          "etcd-v3 lease_seconds="
           f"{args.lease_seconds}; the loss round loses the "
           f"{'sealer' if args.lose == 'sealer' else 'member at rank N/2'}; "
           "stock etcd (no server flags beyond the managed defaults)")
     rows: list[Measurement] = []
-    conf = {"lease_seconds": args.lease_seconds}
+    conf = {"lease_seconds": args.lease_seconds, "share_channel": args.share_channel}
     with common.etcd_server() as etcd:
         for n in args.sizes:
             per_proc = args.members_per_proc or max(4, math.ceil(n / PROCESSES))
