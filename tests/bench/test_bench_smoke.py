@@ -63,6 +63,17 @@ def test_scale_runs_with_four_members(tmp_path: Path) -> None:
     assert (tmp_path / "scale_runs.csv").exists()
 
 
+def test_scale_survives_the_loss_of_the_sealer() -> None:
+    """The member that seals the rounds dies: the others see its key go, elect another, which ends the round on
+    the loss; the three left are ranked again."""
+    out = run_bench("scale.py", "--sizes", "4", "--repeat", "1", "--backends", "etcd-v3", "--lose", "sealer",
+                    "--timeout", "60", "--lease-seconds", "2")
+    line = re.search(r"^RESULT rendezvous_members_4_s=(\S+) (.+)$", out, re.M)
+    assert line, f"no per-member RESULT line in:\n{out[-3000:]}"
+    member = dict(pair.split("=") for pair in line[2].split())
+    assert 2.0 * 2 / 3 - 0.1 <= float(member["loss_to_next_round_s"]) < 30, member
+
+
 def test_scale_ranks_256_members_each_watching_a_few_keys() -> None:
     """Issue 27: 256 members, 16 per process, each its own handler, lease and etcd connection, are ranked; what
     one member receives stays a few watch events and a few KiB (each used to receive every other's join)."""

@@ -29,7 +29,7 @@ from elastic.rendezvous.protocol import (
 )
 from elastic.rendezvous.state import Closed, Departure, JobState, Member, Round
 from elastic.spec import parse_job
-from elastic.store import JobKeys, dumps
+from elastic.store import Delete, JobKeys, dumps
 
 MEMBER_LOST, ROUND_ENDED, SCALE_UP = RoundEnd.MEMBER_LOST, RoundEnd.ROUND_ENDED, RoundEnd.SCALE_UP
 STORE_UNAVAILABLE = RoundEnd.STORE_UNAVAILABLE
@@ -290,3 +290,17 @@ BROKEN_GROUP = Failure(None, reason=NODE_LOST)  # report_lost_peer: a peer vanis
 )
 def test_change_after_own_failure(seen, own, expected) -> None:
     assert change_after_own_failure(seen, own, member_id="a") == expected
+
+
+@pytest.mark.parametrize(("sealer", "deposed"), [
+    ("c", True),  # silent through the incident (a lost node whose lease still runs): the next round needs another
+    ("a", False),  # heard from: it is coming back and seals the next round
+    ("z", False),  # a spare outside the round: nothing says it is gone
+])
+def test_the_round_end_deposes_a_sealer_that_is_not_expected_back(sealer: str, deposed: bool) -> None:
+    keys = JobKeys("default", "j")
+    sealed = Round(3, sealed=True, members={"a": 0, "b": 1, "c": 2}, mod_revision=7)
+    state = JobState(round=sealed, members={i: m(i, 3) for i in "abcz"}, alive=frozenset("ab"), sealer=sealer,
+                     job_lease=1)
+    plan = plan_round_end(keys, state, sealed, incident_of(RoundEnd.MEMBER_LOST, None), 100.0)
+    assert (Delete(keys.sealer) in plan.ops) is deposed
