@@ -234,7 +234,7 @@ class EtcdV3RendezvousHandler(RendezvousHandler):
     def _ensure_started(self) -> None:
         if self._view is not None:
             if self._member_lease is not None and self._member_lease.lost.is_set():
-                self._member_lease = LeaseKeeper.grant(self.store, self.config.lease_seconds)
+                self._regrant()
             return
         state = self.run.ensure_run(
             self.config.run_id, self.config.max_restarts, self.config.ttl_seconds, self.config.reset, self.member_id
@@ -275,6 +275,13 @@ class EtcdV3RendezvousHandler(RendezvousHandler):
         patience = self.config.last_call_seconds + self.config.lease_seconds
         return (not self._view.whole and current is not None and not current.sealed
                 and self.member_id in state.members and time.monotonic() - waiting_since > patience)
+
+    def _regrant(self) -> None:
+        """A new member lease after ours was lost: the key it held is gone with it (a member's view keeps its
+        own key as written, not watched: forget it, so that the join writes it again)."""
+        assert self._view is not None
+        self._member_lease = LeaseKeeper.grant(self.store, self.config.lease_seconds)
+        self._view.wrote(self.run.keys.member(self.member_id), None, 0)
 
     def _scope(self) -> str | None:
         """What this member reads of the job: everything (None) once it is the sealer, else its own part."""
@@ -421,7 +428,7 @@ class EtcdV3RendezvousHandler(RendezvousHandler):
         written: tuple[int, int] | None = None  # (target round, revision) of this member's last key write
         while True:
             if self._member_lease.lost.is_set():  # etcd was unreachable for a whole TTL: start over, keyed anew
-                self._member_lease = LeaseKeeper.grant(self.store, self.config.lease_seconds)
+                self._regrant()
                 written = None
             state = self._decodable(self._lead_if_leaderless(self._view.state()))
             if self._sealer_overdue(state, quiet_since):

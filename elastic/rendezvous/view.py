@@ -111,11 +111,15 @@ class JobView:
         self._load()
         self._on_change()  # the roster is in the state now: whoever waits on the signal decides again
 
-    def wrote(self, key: str, value: bytes, revision: int) -> None:
-        """Our own write of a key a member's view does not watch (its own member key): keep it as written."""
+    def wrote(self, key: str, value: bytes | None, revision: int) -> None:
+        """Our own write of a key a member's view does not watch (its own member key): keep it as written
+        (None: it is gone, e.g. with a lost lease)."""
         with self._changed:
             if not self._whole:
-                self._entries[key] = Entry(key, value, revision, 0, 0)
+                if value is None:
+                    self._entries.pop(key, None)
+                else:
+                    self._entries[key] = Entry(key, value, revision, 0, 0)
                 self._generation += 1
 
     def _load(self) -> None:

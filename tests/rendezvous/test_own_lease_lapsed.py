@@ -55,3 +55,27 @@ def test_a_crash_while_a_lease_lapsed_is_charged_with_its_exit_code(any_etcd_ser
     assert charge["member"] == crashed.member_id, charge
     for handler in (crashed, peer):
         handler.shutdown()
+
+
+def test_a_member_whose_lease_lapsed_while_it_waited_in_an_open_round_writes_its_key_again(any_etcd_server,
+                                                                                          store: Store) -> None:
+    """A member that is not the sealer keeps its own key as it wrote it (it does not watch it): when its lease
+    lapses while the round is still gathering, the key is gone, and the member must write it again under its new
+    lease, or the sealer never sees it (docs/design.md §3.20)."""
+    url = any_etcd_server.client_url
+    run_id = f"rewrite-{url.rsplit(':', 1)[1]}"
+    params = dict(local_addr="127.0.0.1", job=f"default/{run_id}", lease_seconds=30, last_call_seconds=60,
+                  join_timeout=60)  # a member that never writes its key again fails the test in a minute
+    handlers = [create_handler(RendezvousParameters("etcd-v3", url, run_id, 3, 3, **params)) for _ in range(3)]
+    keys = JobKeys("default", run_id)
+    with ThreadPoolExecutor(3) as pool:
+        first = [pool.submit(h.next_rendezvous) for h in handlers[:2]]
+        assert wait_until(lambda: len(store.get_prefix(keys.members_prefix)[0]) == 2, 30)
+        follower = next(h for h in handlers[:2] if not h._view.whole)
+        store.revoke(follower._member_lease.lease_id)  # its key goes with it; it waits on in the open round
+        assert wait_until(lambda: store.get(keys.member(follower.member_id)) is not None, 30), \
+            "the member never wrote its key again under its new lease"
+        last = pool.submit(handlers[2].next_rendezvous)
+        assert sorted(f.result(60).rank for f in [*first, last]) == [0, 1, 2]
+    for handler in handlers:
+        handler.shutdown()
