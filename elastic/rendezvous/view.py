@@ -136,8 +136,8 @@ class JobView:
         watches = [PrefixWatch(run.store, start, revision + 1, range_end=end, events=events) for start, end in ranges]
         with self._changed:
             old = self._watches
-            own = {k: e for k, e in self._entries.items() if not self._whole and k == keys.member(self.member or "")}
-            self._entries = {**own, **{e.key: e for e in entries}}
+            # Nothing of a member's view outlives a load: at start it is empty, and widening reads every key.
+            self._entries = {e.key: e for e in entries}
             self._revision = max(self._revision, revision)
             self._generation += 1
             self._watches, self._events = watches, events
