@@ -14,7 +14,8 @@ from torch.distributed.elastic.rendezvous import RendezvousParameters
 
 from elastic.rendezvous.config import RendezvousConfig
 from elastic.rendezvous.handler import EtcdV3RendezvousHandler
-from elastic.store import Store
+from elastic.rendezvous.run import JobRun
+from elastic.store import JobKeys, Store
 
 
 class CountingStore(Store):
@@ -37,6 +38,9 @@ def _round_cost(url: str, n: int) -> list[tuple[int, int, int]]:
     """(requests, bytes received, watch events) of each member but the sealer, for one round of n members."""
     params = RendezvousParameters("etcd-v3", url, f"cost-{n}", n, n, local_addr="127.0.0.1", job=f"default/cost-{n}",
                                   lease_seconds=30, last_call_seconds=30)
+    # The run exists before its members come, so that what is counted is the round, not N members racing to
+    # create the run (each loser reads it again: a count that depends on timing, not on N).
+    JobRun(Store(url), JobKeys("default", f"cost-{n}")).ensure_run(f"cost-{n}", 3, 60)
     handlers = [EtcdV3RendezvousHandler(RendezvousConfig.from_parameters(params), store=CountingStore(url))
                 for _ in range(n)]
     try:
