@@ -96,6 +96,7 @@ class EtcdV3RendezvousHandler(RendezvousHandler):
         self._joined: Round | None = None
         self._joined_at = 0.0
         self._pending: Change | None = None
+        self._campaign_lost_at = 0  # the revision of our last lost campaign (see `_campaign`)
         self._worker_failure: Failure | None = None
         self._lock = threading.Lock()
         self._shut_down = False
@@ -256,8 +257,7 @@ class EtcdV3RendezvousHandler(RendezvousHandler):
         if self._view.whole or lease is None or lease.lost.is_set():
             return state
         try:
-            if state.sealer == self.member_id or (state.sealer is None and self.run.campaign(self.member_id,
-                                                                                            lease.lease_id)):
+            if state.sealer == self.member_id or (state.sealer is None and self._campaign(state, lease.lease_id)):
                 log.info("member %s seals the rounds of job %s/%s", self.member_id, self.run.keys.namespace,
                          self.run.keys.name)
                 self._view.widen()
@@ -265,6 +265,16 @@ class EtcdV3RendezvousHandler(RendezvousHandler):
         except StoreUnavailableError as err:
             log.warning("could not campaign to seal rounds: %s", err)
         return state
+
+    def _campaign(self, state: JobState, lease_id: int) -> bool:
+        """One campaign per absence of a sealer: a lost campaign saw another's key at its revision, so until our
+        view has caught up with that revision, a missing key means we have not seen it yet, not that it went."""
+        if state.revision < self._campaign_lost_at:
+            return False
+        result = self.run.campaign(self.member_id, lease_id)
+        if not result.succeeded:
+            self._campaign_lost_at = result.revision
+        return result.succeeded
 
     def _sealer_overdue(self, state: JobState, waiting_since: float) -> bool:
         """A sealer that holds its lease but does not seal (its agent hangs) must not stall the job: a member

@@ -31,7 +31,7 @@ from elastic.rendezvous.state import (
     read_by_protocol,
 )
 from elastic.spec import RestartPolicy, Rule
-from elastic.store import Delete, Entry, JobKeys, ModRevisionIs, Put, Store, UnchangedSince, dumps
+from elastic.store import Delete, Entry, JobKeys, ModRevisionIs, Put, Store, TxnResult, UnchangedSince, dumps
 
 log = logging.getLogger(__name__)
 
@@ -204,10 +204,11 @@ class JobRun:
         ]
         return self.store.txn(compare, ops).succeeded
 
-    def campaign(self, member_id: str, member_lease: int) -> bool:
-        """Become the job's sealer if it has none: the key lives on our member lease, so it goes with us."""
+    def campaign(self, member_id: str, member_lease: int) -> TxnResult:
+        """Become the job's sealer if it has none: the key lives on our member lease, so it goes with us.
+        Lost, the result's revision is one at which another member's key existed."""
         record = Put.json(self.keys.sealer, {"member": member_id, "at": time.time()}, member_lease)
-        return self.store.txn([ModRevisionIs(self.keys.sealer, 0)], [record]).succeeded
+        return self.store.txn([ModRevisionIs(self.keys.sealer, 0)], [record])
 
     # --- ending rounds ---
 
