@@ -12,10 +12,11 @@ from __future__ import annotations
 import json
 import logging
 import os
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import grpc
 import pyetcd
@@ -26,6 +27,10 @@ from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_e
 from elastic.errors import StoreUnavailableError
 from elastic.store.auth import EtcdAuth, StoreAccessError
 from elastic.store.endpoints import EndpointAddress, parse_endpoints
+
+if TYPE_CHECKING:
+    from elastic.store.keepalive import KeepAliveStream
+    from elastic.store.watch import WatchHub
 
 log = logging.getLogger(__name__)
 
@@ -148,6 +153,9 @@ class Store:
         self.auth = auth or EtcdAuth()
         self.auth.check(self.addresses)  # a password over http is refused here, before anything is sent
         self._client: pyetcd.MultiEndpointEtcd3Client | None = None
+        self._streams_lock = threading.Lock()
+        self._watch_hub: WatchHub | None = None
+        self._keep_alives: KeepAliveStream | None = None
         # When a call last met etcd unreachable (monotonic), even if a retry then got through: how an
         # agent tells an outage it lived through from a member lost while etcd was up (docs/design.md §3.11).
         self.last_unreachable: float | None = None
@@ -191,7 +199,32 @@ class Store:
                 raise etcd_exceptions.ConnectionFailedError() from err
             raise
 
+    @property
+    def watch_hub(self) -> WatchHub:
+        """The one Watch stream that every watch of this connection rides (elastic.store.watch)."""
+        with self._streams_lock:
+            if self._watch_hub is None:
+                from elastic.store.watch import WatchHub
+
+                self._watch_hub = WatchHub(self)
+            return self._watch_hub
+
+    @property
+    def keep_alives(self) -> KeepAliveStream:
+        """The one LeaseKeepAlive stream that every lease of this connection is refreshed on."""
+        with self._streams_lock:
+            if self._keep_alives is None:
+                from elastic.store.keepalive import KeepAliveStream
+
+                self._keep_alives = KeepAliveStream(self)
+            return self._keep_alives
+
     def close(self) -> None:
+        with self._streams_lock:
+            streams, self._watch_hub, self._keep_alives = (self._watch_hub, self._keep_alives), None, None
+        for stream in streams:
+            if stream is not None:
+                stream.close()
         if self._client is not None:
             self._client.close()
             self._client = None
@@ -338,8 +371,7 @@ class Store:
 
         No retry here: the keep-alive loop decides how long a hiccup may last.
         """
-        responses = list(self.client.refresh_lease(lease_id))
-        return int(responses[0].TTL) if responses else 0
+        return self.keep_alives.refresh(lease_id, self.timeout)
 
     def revoke(self, lease_id: int) -> None:
         """Revoke a lease (its keys go at once). Revoking a lease that is already gone is fine."""

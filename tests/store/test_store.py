@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import grpc
 import pytest
@@ -14,7 +12,6 @@ from elastic.errors import StoreUnavailableError
 from elastic.store import LeaseKeeper, ModRevisionIs, PrefixWatch, Put, Store, UnchangedSince
 from elastic.store.server import EtcdServer, free_port
 from harness.agents import wait_until
-from harness.fixtures import available_etcd_binaries
 
 
 def test_json_round_trip(store: Store) -> None:
@@ -136,14 +133,6 @@ def test_keeper_rides_out_an_overloaded_etcd_and_says_when_the_lease_is_lost(etc
         assert "no keep-alive reached etcd for 3 s" in keeper.lost_reason and "deadline" in keeper.lost_reason
         store.overloaded.clear()
         keeper.stop()
-
-@pytest.fixture(params=sorted(available_etcd_binaries().items()), ids=lambda p: f"etcd{p[0]}")
-def own_server(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[EtcdServer]:
-    """A server this test may kill and restart."""
-    server = EtcdServer(binary=request.param[1], data_dir=tmp_path / "etcd").start()
-    yield server
-    server.stop()
-
 
 def test_watch_resumes_after_etcd_crash_with_every_event_once_in_order(own_server: EtcdServer) -> None:
     with Store(own_server.client_url, retry_seconds=20) as store, PrefixWatch(store, "/t/w/") as watch:
