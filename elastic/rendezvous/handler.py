@@ -303,8 +303,10 @@ class EtcdV3RendezvousHandler(RendezvousHandler):
 
     def _end_trained_round(self) -> None:
         """End the round this agent trained in, if nobody has yet; one transaction decides who charges."""
-        assert self._joined is not None
+        assert self._joined is not None and self._view is not None
         number = self._joined.number
+        if self._worker_failure is None and not _is_current(self._view.state(), number):
+            return  # ended by someone else (the view follows etcd), and nothing of ours to report: nothing to read
         state = self._decodable(self.run.read(self._scope()))
         seen = self._pending or membership_change(state, number, self.settings)
         change = change_after_own_failure(seen, self._worker_failure, self.member_id)
@@ -371,7 +373,7 @@ class EtcdV3RendezvousHandler(RendezvousHandler):
         answered: int | None = None
         revision = 0
         while not self._shut_down:
-            changed = view.wait_for_change(revision, timeout=0.5)
+            changed = view.wait_for_change(revision, timeout=5.0)  # woken by any change, and by close
             if not view.following:
                 time.sleep(0.5)  # state() now reads etcd: poll gently
             elif not changed:
@@ -472,10 +474,11 @@ class EtcdV3RendezvousHandler(RendezvousHandler):
                     self._view.wrote(self.run.keys.member(self.member_id), dumps(member.to_json()).encode(), written[1])
                 self._view.wait_for_change(state.revision, timeout=min(remaining, 1.0))
             elif isinstance(step, Seal):
-                if not self.run.seal(state, step.round, step.ranks):
+                sealed_at = self.run.seal(state, step.round, step.ranks)
+                if not sealed_at:
                     self._view.wait_for_change(state.revision, timeout=min(remaining, 0.2))
-                else:
-                    self._view.wait_for_change(state.revision, timeout=min(remaining, 1.0))
+                else:  # decide again once the view shows the seal, not on an older event (a seal bound to fail)
+                    self._view.wait_for_change(sealed_at - 1, timeout=min(remaining, 5.0))
             elif isinstance(step, EndDeadRound):
                 self._end_dead_round(state, step.round)
             elif isinstance(step, EndRound):

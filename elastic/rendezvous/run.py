@@ -175,8 +175,9 @@ class JobRun:
         """Write the member key; returns the revision at which it was written."""
         return self.store.put_json(self.keys.member(member.id), member.to_json(), lease)
 
-    def seal(self, state: JobState, current: Round, ranks: dict[str, int]) -> bool:
-        """Seal the open round, if neither it nor any member key changed since `state` was read.
+    def seal(self, state: JobState, current: Round, ranks: dict[str, int]) -> int:
+        """Seal the open round, if neither it nor any member key changed since `state` was read: the seal's
+        revision, 0 when it did not happen.
 
         One comparison covers every member key (a newcomer or a re-written key makes the seal fail and be
         decided again); a member whose lease runs out in between is seen lost right after, like any loss.
@@ -202,7 +203,8 @@ class JobRun:
             *(Put.json(self.keys.rank_bucket(current.number, b), part, lease)
               for b, part in in_buckets(ranks, buckets).items()),
         ]
-        return self.store.txn(compare, ops).succeeded
+        result = self.store.txn(compare, ops)
+        return result.revision if result.succeeded else 0
 
     def campaign(self, member_id: str, member_lease: int) -> TxnResult:
         """Become the job's sealer if it has none: the key lives on our member lease, so it goes with us.

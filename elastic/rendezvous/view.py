@@ -135,7 +135,7 @@ class JobView:
         events: queue.Queue[WatchEvent | BaseException] = queue.Queue()
         watches = [PrefixWatch(run.store, start, revision + 1, range_end=end, events=events) for start, end in ranges]
         with self._changed:
-            old = self._watches
+            old, old_events = self._watches, self._events
             # Nothing of a member's view outlives a load: at start it is empty, and widening reads every key.
             self._entries = {e.key: e for e in entries}
             self._revision = max(self._revision, revision)
@@ -144,6 +144,7 @@ class JobView:
             self._changed.notify_all()
         for watch in old:
             watch.cancel()
+        self._wake(old_events)
         if not self._whole:
             self._fetch_own_bucket()
 
@@ -173,16 +174,15 @@ class JobView:
         try:
             while not self._stopped.is_set():
                 events = self._events
-                try:
-                    batch = [events.get(timeout=0.5)]
-                except queue.Empty:
-                    continue
+                batch = [events.get()]  # no polling: `close` and `_load` wake this with `_WAKE_UP`
                 # Apply everything already received before waking anyone: when N members join at once,
                 # each of them decides once per burst of events rather than once per event.
                 with contextlib.suppress(queue.Empty):
                     while True:
                         batch.append(events.get_nowait())
-                applied = [e for e in batch if not isinstance(e, BaseException)]
+                applied = [e for e in batch if not isinstance(e, BaseException) and e is not _WAKE_UP]
+                if not applied and all(e is _WAKE_UP for e in batch):
+                    continue
                 self.events_received += len(applied)
                 rounds = [e for e in applied if e.key == self.run.keys.round]
                 # A member learns its rank from its bucket, read before the new round is applied: nobody may
@@ -257,19 +257,31 @@ class JobView:
             return self._entries.get(key)
 
     def wait_for_change(self, after_revision: int, timeout: float | None) -> bool:
-        """Block until the view moves past `after_revision`; False on timeout."""
+        """Block until the view moves past `after_revision` (or fails, or closes); False on timeout."""
         with self._changed:
             return self._changed.wait_for(
-                lambda: self._revision > after_revision or self._error is not None, timeout=timeout
+                lambda: self._revision > after_revision or self._error is not None or self._stopped.is_set(),
+                timeout=timeout,
             )
 
     def close(self) -> None:
         self._stopped.set()
         with self._changed:
-            watches = list(self._watches)
+            watches, events = list(self._watches), self._events
+            self._changed.notify_all()
         for watch in watches:
             watch.cancel()
+        self._wake(events)
         self._thread.join(timeout=5)
+
+    @staticmethod
+    def _wake(events: queue.Queue[WatchEvent | BaseException]) -> None:
+        """Wake the thread that may be blocked reading `events` (no longer the view's, or the view closed)."""
+        events.put(_WAKE_UP)
+
+
+# Put in a queue of events to wake its reader; never applied (its key is in no job).
+_WAKE_UP = WatchEvent("wake-up", "", b"", 0)
 
 
 def _entry(event: WatchEvent) -> Entry:
