@@ -2,13 +2,16 @@
 
 N members call `next_rendezvous()` at the same instant (--nnodes=N-1:N, so the round seals when the N-th
 member arrives and no last-call wait applies: the defaults and the equal settings coincide; N - 1 members
-may go on after a loss). Each member is one handler with its own lease and its own etcd connection, running
-the protocol's real decisions, as a thread; many members share one worker process (`--members-per-proc`,
-default N / 16), so that 1,024 members fit in this machine's memory and what is measured is etcd and the
-protocol, not 1,024 Python interpreters. The worker processes are forked from a forkserver that imported
-torch once. Then (etcd-v3) the member at rank N / 2 dies: its keep-alives stop, nothing is revoked; the
-others ask `num_nodes_waiting()` every 0.1 s, as torch's agent does, and rendezvous again once it turns
-positive (with `--lose sealer`, the member that seals the rounds dies: the others see its key go, elect
+may go on after a loss). Each member is one handler with its own lease, its own watches and the protocol's
+real decisions, as a thread; many members share one worker process (`--members-per-proc`, default N / 16)
+and, for etcd-v3, its one etcd connection (`--own-connections`: one each), so that 1,024 members fit on this
+machine and what is measured is etcd and the protocol, not 1,024 Python interpreters: etcd still keeps every
+member's watchers and leases and sends each its own events and answers, on one watch stream and one
+keep-alive stream per process (elastic.store.watch, elastic.store.keepalive). The worker processes are
+forked from a forkserver that imported torch once. Then (etcd-v3) the member at rank N / 2 dies: its
+keep-alives stop, nothing is revoked; the others sleep on their handler's change signal, ask
+`num_nodes_waiting()` when woken, as the in-place agent does, and rendezvous again once it turns positive
+(with `--lose sealer`, the member that seals the rounds dies: the others see its key go, elect
 another, which ends the round on the loss). Measured per round:
 
   time      from the common start to the moment the last member holds its rank (ranks 0..N-1, world N)
@@ -37,6 +40,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from multiprocessing.connection import wait
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +53,7 @@ from elastic.spec import defaults
 
 BACKENDS = ("etcd-v3", "c10d")
 PROCESSES = 16  # member processes at most, by default: each holds torch (shared by fork) and its threads
-MONITOR_SECONDS = 0.1  # torch's agent asks num_nodes_waiting() this often (--monitor-interval)
+MONITOR_SECONDS = 1.0  # the longest a simulated agent sleeps between two looks at num_nodes_waiting()
 
 
 def member_process(conn: Any, backend: str, endpoint: str, run_id: str, n: int, indices: list[int],
@@ -66,6 +70,8 @@ def member_process(conn: Any, backend: str, endpoint: str, run_id: str, n: int, 
         made = [make_handler(backend, endpoint, run_id, max(n - 1, 1), n, i,
                              options if backend == "etcd-v3" else None, shared)
                 for i in indices]  # fmt: skip
+        for handler, _ in made:
+            _time_joins(handler)
         conn.send(("ready", os.getpid()))
         go_at = conn.recv()
         cpu_before = _cpu_seconds()
@@ -112,16 +118,33 @@ def _in_threads(count: int, work: Callable[[int], Any], deadline: float) -> list
     return results
 
 
-def _rendezvous(handler: Any, at: float) -> tuple[float, int, int, str | None]:
-    """(when it returned, rank, world size, error) of one `next_rendezvous()` started at `at`."""
+def _time_joins(handler: Any) -> None:
+    """Note when the member last wrote its member key (its join; etcd-v3 only), in `handler.joined_at`."""
+    run = getattr(handler, "run", None)
+    if run is None:
+        return
+    put_member = run.put_member
+
+    def timed(*args: Any, **kwargs: Any) -> int:
+        revision = put_member(*args, **kwargs)
+        handler.joined_at = time.time()
+        return revision
+
+    run.put_member = timed
+    handler.joined_at = None
+
+
+def _rendezvous(handler: Any, at: float) -> tuple[float, int, int, str | None, float | None]:
+    """(when it returned, rank, world size, error, when it last wrote its member key) of one `next_rendezvous()`
+    started at `at`."""
     delay = at - time.time()
     if delay > 0:
         time.sleep(delay)
     try:
         info = handler.next_rendezvous()
-        return (time.time(), info.rank, info.world_size, None)
+        return (time.time(), info.rank, info.world_size, None, getattr(handler, "joined_at", None))
     except Exception as err:
-        return (time.time(), -1, -1, f"{type(err).__name__}: {err}")
+        return (time.time(), -1, -1, f"{type(err).__name__}: {err}", None)
 
 
 def _vanish(handler: Any, at: float) -> None:
@@ -133,14 +156,20 @@ def _vanish(handler: Any, at: float) -> None:
     handler._view.close()
 
 
-def _after_loss(handler: Any, deadline: float) -> tuple[float, int, int, str | None]:
-    """What torch's agent does while training: ask `num_nodes_waiting()` every monitor interval; once a change is
-    seen, rendezvous again. (when it returned, rank, world size, error)"""
-    while handler.num_nodes_waiting() == 0:
+def _after_loss(handler: Any, deadline: float) -> tuple[float, int, int, str | None, float | None]:
+    """What the in-place agent does while training: sleep on the handler's change signal (readable whenever
+    the job's keys it watches move), ask `num_nodes_waiting()` when woken (and once a second at the latest);
+    once a change is seen, rendezvous again. (as `_rendezvous` returns)
+
+    Waiting on the signal rather than polling every 0.1 s keeps 1,024 simulated agents from spending this
+    machine's CPU on 10,000 polls a second, which a real job spreads over its nodes."""
+    while True:
+        handler.changes.clear()
+        if handler.num_nodes_waiting() > 0:
+            return _rendezvous(handler, 0.0)
         if time.time() > deadline:
-            return (time.time(), -1, -1, "no membership change seen")
-        time.sleep(MONITOR_SECONDS)
-    return _rendezvous(handler, 0.0)
+            return (time.time(), -1, -1, "no membership change seen", None)
+        wait([handler.changes], timeout=MONITOR_SECONDS)
 
 
 @dataclass
@@ -157,6 +186,7 @@ class Measurement:
     server_cpu: float = 0.0  # CPU seconds of the store's process (etcd; the c10d store's host process)
     events: float = math.nan  # watch events etcd delivered in the round (etcd-v3)
     loss: Round | None = None  # one member lost, the others in the next round (etcd-v3)
+    joined: float | None = None  # seconds from the start until the last member wrote its member key (etcd-v3)
 
 
 @dataclass
@@ -170,6 +200,7 @@ class Round:
     server_cpu: float
     client_cpu: float
     note: str = ""
+    joined: float | None = None  # seconds from the start (the loss) until the last survivor wrote its member key
 
 
 PRELOAD = ["torch", "torch.distributed.elastic.rendezvous.dynamic_rendezvous",
@@ -229,7 +260,7 @@ def measure(backend: str, n: int, repeat: int, per_proc: int, etcd_url: str, etc
             client_cpu += message[4]
         after = metrics.sample()
         server_cpu = _cpu_seconds(server_pid) - server_before
-        seconds, note = _ranked(results, n, go_at, timeout)
+        seconds, joined, note = _ranked(results, n, go_at, timeout)
         if lose and backend == "etcd-v3" and seconds is not None:
             victims = sealers if lose == "sealer" else []
             loss = _lose_one(pipes, groups, results, n, metrics, server_pid, timeout, victims)
@@ -247,7 +278,7 @@ def measure(backend: str, n: int, repeat: int, per_proc: int, etcd_url: str, etc
         detail = common.EtcdMetrics.by_method(delta)
         return Measurement(backend, n, repeat, seconds, common.EtcdMetrics.requests(delta),
                            delta.get("bytes_sent", 0.0), detail, note, client_cpu, server_cpu,
-                           delta.get("events_sent", math.nan), loss)  # fmt: skip
+                           delta.get("events_sent", math.nan), loss, joined)  # fmt: skip
     del server
     return Measurement(backend, n, repeat, seconds, float(sum(calls.values())), bytes_read,
                        {k: float(v) for k, v in sorted(calls.items())}, note, client_cpu, server_cpu)
@@ -262,14 +293,16 @@ def _receive(conn: Any, timeout: float, kind: str) -> Any:
     return message
 
 
-def _ranked(results: list[Any], n: int, start: float, timeout: float) -> tuple[float | None, str]:
-    """Seconds from `start` until every member held its rank of a round of `n` (None: not all did), and why not."""
+def _ranked(results: list[Any], n: int, start: float, timeout: float) -> tuple[float | None, float | None, str]:
+    """Seconds from `start` until every member held its rank of a round of `n` (None: not all did), seconds from
+    `start` until the last of them wrote its member key (its join: etcd-v3), and why not all were ranked."""
     done = [r for r in results if r is not None and r[3] is None]
     errors = sorted({r[3] for r in results if r is not None and r[3] is not None})
     complete = len(done) == n and sorted(r[1] for r in done) == list(range(n)) and all(r[2] == n for r in done)
     if complete:
-        return max(r[0] for r in done) - start, ""
-    return None, f"{len(done)}/{n} members got a rank within {timeout:g} s; {'; '.join(errors)[:300]}"
+        joins = [r[4] for r in done if r[4] is not None]
+        return max(r[0] for r in done) - start, (max(joins) - start if len(joins) == n else None), ""
+    return None, None, f"{len(done)}/{n} members got a rank within {timeout:g} s; {'; '.join(errors)[:300]}"
 
 
 def _lose_one(pipes: list[Any], groups: list[list[int]], results: list[Any], n: int, metrics: common.EtcdMetrics,
@@ -290,9 +323,9 @@ def _lose_one(pipes: list[Any], groups: list[list[int]], results: list[Any], n: 
         found += message[1]
         client_cpu += message[2]
     delta = common.EtcdMetrics.delta(before, metrics.sample())
-    seconds, note = _ranked(found, n - 1, lose_at, timeout)
+    seconds, joined, note = _ranked(found, n - 1, lose_at, timeout)
     return Round(seconds, common.EtcdMetrics.requests(delta), delta.get("events_sent", math.nan),
-                 delta.get("bytes_sent", 0.0), _cpu_seconds(server_pid) - server_before, client_cpu, note)
+                 delta.get("bytes_sent", 0.0), _cpu_seconds(server_pid) - server_before, client_cpu, note, joined)
 
 
 def _cpu_seconds(pid: int | None = None) -> float:
@@ -403,25 +436,40 @@ def per_member_report(sizes: list[int], rows: list[Measurement]) -> tuple[list[s
         per = {name: common.Summary.of([getattr(m, name) / n for m in mine]).median
                for name in ("requests", "events", "bytes_read")}  # fmt: skip
         loss_s = common.Summary.of([r.seconds for r in losses]).median
+        # the target's reading: from the last member's join (its member key written) to every member ranked
+        settle = common.Summary.of([_after_last_join(m.seconds, m.joined) for m in mine]).median
+        loss_settle = common.Summary.of([_after_last_join(r.seconds, r.joined) for r in losses]).median
         loss = {name: common.Summary.of([getattr(r, name) / (n - 1) for r in losses if r.seconds is not None]).median
                 for name in ("requests", "events", "bytes_sent")}  # fmt: skip
         table_rows.append((
-            n, f"{ranked:.2f}", f"{per['requests']:.1f}", f"{per['events']:.0f}", f"{per['bytes_read'] / 1024:.1f}",
+            n, f"{ranked:.2f}", _seconds(settle), f"{per['requests']:.1f}", f"{per['events']:.0f}",
+            f"{per['bytes_read'] / 1024:.1f}",
             f"{common.Summary.of([m.server_cpu for m in mine]).median:.1f}",
-            "-" if math.isnan(loss_s) else f"{loss_s:.2f}", f"{loss['requests']:.1f}", f"{loss['events']:.0f}",
+            _seconds(loss_s), _seconds(loss_settle), f"{loss['requests']:.1f}", f"{loss['events']:.0f}",
             f"{loss['bytes_sent'] / 1024:.1f}",
             f"{common.Summary.of([r.server_cpu for r in losses]).median:.1f}" if losses else "-",
         ))  # fmt: skip
         results.append(f"RESULT rendezvous_members_{n}_s={common.number(ranked)} "
+                       f"ranked_after_last_join_s={common.number(settle)} "
                        f"bytes_per_member={per['bytes_read']:.0f} events_per_member={per['events']:.1f} "
                        f"requests_per_member={per['requests']:.1f} loss_to_next_round_s={common.number(loss_s)} "
+                       f"loss_ranked_after_last_join_s={common.number(loss_settle)} "
                        f"loss_bytes_per_member={loss['bytes_sent']:.0f} "
                        f"loss_events_per_member={loss['events']:.1f}")  # fmt: skip
     out = ["\n## etcd-v3 per member per round (etcd's /metrics over N): the round that ranks N members, and the "
            "round after one is lost (its keep-alives stop; from then until N - 1 members hold ranks)",
-           common.table(["N", "ranked s", "requests", "watch events", "KiB sent", "etcd CPU s",
-                         "loss -> round N-1 s", "requests", "watch events", "KiB sent", "etcd CPU s"], table_rows)]
+           common.table(["N", "ranked s", "last join -> ranked s", "requests", "watch events", "KiB sent",
+                         "etcd CPU s", "loss -> round N-1 s", "last re-join -> ranked s", "requests", "watch events",
+                         "KiB sent", "etcd CPU s"], table_rows)]
     return out, results
+
+
+def _after_last_join(ranked: float | None, joined: float | None) -> float | None:
+    return None if ranked is None or joined is None else ranked - joined
+
+
+def _seconds(value: float) -> str:
+    return "-" if math.isnan(value) else f"{value:.2f}"
 
 
 def _csv_row(m: Measurement) -> dict[str, Any]:
@@ -448,9 +496,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--lease-seconds", type=int, default=defaults.LEASE_SECONDS,
                         help=f"etcd-v3 members' lease TTL (default {defaults.LEASE_SECONDS}, the project's)")
     parser.add_argument("--no-loss", action="store_true", help="skip the round after a member's loss")
-    parser.add_argument("--share-channel", action="store_true",
-                        help="etcd-v3 members of one process share one etcd connection (gRPC channel); each still "
-                             "holds its own lease and watches and makes its own decisions")
+    parser.add_argument("--own-connections", action="store_true",
+                        help="each etcd-v3 member opens its own etcd connection, as an agent process does (default: "
+                             "the members of one process share one connection, and so one watch stream and one "
+                             "keep-alive stream; each still holds its own lease and watches, makes its own decisions)")
     parser.add_argument("--lose", choices=("member", "sealer"), default="member",
                         help="who dies in the loss round: the member at rank N/2 (default), or the member that "
                              "seals the rounds (the others then elect another)")
@@ -474,13 +523,13 @@ def main(argv: list[str] | None = None) -> int:
     common.print_environment(env)
     print(f"# nnodes N-1:N; members per worker process: {args.members_per_proc or f'N / {PROCESSES}, at least 4'} "
           "(threads, one handler each and "
-          f"{'one etcd connection per process' if args.share_channel else 'each its own etcd connection'}); "
+          f"{'each its own etcd connection' if args.own_connections else 'one etcd connection per process'}); "
           "etcd-v3 lease_seconds="
           f"{args.lease_seconds}; the loss round loses the "
           f"{'sealer' if args.lose == 'sealer' else 'member at rank N/2'}; "
           "stock etcd (no server flags beyond the managed defaults)")
     rows: list[Measurement] = []
-    conf = {"lease_seconds": args.lease_seconds, "share_channel": args.share_channel}
+    conf = {"lease_seconds": args.lease_seconds, "share_channel": not args.own_connections}
     with common.etcd_server() as etcd:
         for n in args.sizes:
             per_proc = args.members_per_proc or max(4, math.ceil(n / PROCESSES))
