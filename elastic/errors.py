@@ -23,8 +23,9 @@ class StoreUnavailableError(PermanentError):
     """etcd did not answer within the retry bound. Raised instead of a raw gRPC error."""
 
 
-class LeaseLostError(PermanentError):
-    """A lease this process held has expired or was revoked; keys attached to it are gone."""
+class LeaseLostError(StoreUnavailableError):
+    """etcd refused a write under a lease it no longer has (expired or revoked): the keys on it are gone, and
+    writing again under the same lease can never succeed (a new lease can)."""
 
 
 class WatchCompactedError(PermanentError):

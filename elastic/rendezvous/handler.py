@@ -32,7 +32,7 @@ from torch.distributed.elastic.rendezvous import (
 )
 
 from elastic.codec import CorruptValueError
-from elastic.errors import StoreUnavailableError
+from elastic.errors import LeaseLostError, StoreUnavailableError
 from elastic.policy.budget import Charge, amends
 from elastic.policy.exits import Action
 from elastic.policy.incident import (
@@ -133,6 +133,10 @@ class EtcdV3RendezvousHandler(RendezvousHandler):
             except CorruptValueError as err:
                 raise RendezvousStateError(str(err)) from None
             except StoreUnavailableError as err:
+                if isinstance(err, LeaseLostError) and self._member_lease_gone():
+                    log.warning("member %s lost its lease while joining (%s): it joins again under a new one",
+                                self.member_id, err)
+                    continue
                 # etcd is away: not this job's failure. Keep trying until the join timeout, as a joiner
                 # waiting for peers would (docs/design.md §3.11); workers stay stopped meanwhile (fenced).
                 if time.monotonic() > deadline:
@@ -292,6 +296,15 @@ class EtcdV3RendezvousHandler(RendezvousHandler):
         assert self._view is not None
         self._member_lease = LeaseKeeper.grant(self.store, self.config.lease_seconds)
         self._view.wrote(self.run.keys.member(self.member_id), None, 0)
+
+    def _member_lease_gone(self) -> bool:
+        """A write was refused for a lease etcd no longer has. If it was our member lease (gone before its keeper
+        noticed: an overloaded etcd expired it), every write under it would be refused the same way: report it
+        lost now, so that the join takes a new one (`_ensure_started`) instead of retrying in vain."""
+        try:
+            return self._member_lease is not None and self._member_lease.confirm_lost()
+        except StoreUnavailableError:
+            return False
 
     def _scope(self) -> str | None:
         """What this member reads of the job: everything (None) once it is the sealer, else its own part."""

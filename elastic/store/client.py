@@ -24,7 +24,7 @@ from pyetcd import exceptions as etcd_exceptions
 from pyetcd import transactions as etcd_txn
 from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_exponential
 
-from elastic.errors import StoreUnavailableError
+from elastic.errors import LeaseLostError, StoreUnavailableError
 from elastic.store.auth import EtcdAuth, StoreAccessError
 from elastic.store.endpoints import EndpointAddress, parse_endpoints
 
@@ -269,6 +269,8 @@ class Store:
                 f"etcd at {self.endpoints_text} refused {what}: {details}: {who} has no role granting that "
                 "key (a per-job role covers /elastic/jobs/<namespace>/<job>/ only; see README 'TLS and auth')"
             )
+        if err.code() == grpc.StatusCode.NOT_FOUND and "lease not found" in details:
+            return LeaseLostError(f"etcd at {self.endpoints_text} refused {what}: {details}")
         if err.code() in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.INVALID_ARGUMENT) and self.auth.user:
             return StoreAccessError(f"etcd at {self.endpoints_text} refused {what}: {details} "
                                     "(check --etcd-user / $ELASTIC_ETCD_PASSWORD)")

@@ -94,6 +94,18 @@ class LeaseKeeper:
         finally:
             self.lost.set()  # last, so that a waiter on `lost` sees the callback's effects
 
+    def confirm_lost(self) -> bool:
+        """A write under this lease was refused as "lease not found": ask etcd, and if the lease is indeed gone,
+        report it lost now rather than at the next keep-alive (up to a third of the TTL later, meanwhile every
+        write under it fails)."""
+        if self.lost.is_set():
+            return True
+        if self.store.lease_ttl(self.lease_id) > 0:
+            return False
+        self._stop.set()
+        self._lose("etcd reports the lease expired or was revoked")
+        return True
+
     def stop(self) -> None:
         """Stop refreshing (the lease then expires after its TTL)."""
         self._stop.set()

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from torch.distributed.elastic.rendezvous import RendezvousParameters
 
+from elastic.errors import LeaseLostError
 from elastic.rendezvous.plugin import create_handler
 from elastic.store.client import Store
 from elastic.store.keys import JobKeys
@@ -75,6 +76,42 @@ def test_a_member_whose_lease_lapsed_while_it_waited_in_an_open_round_writes_its
         store.revoke(follower._member_lease.lease_id)  # its key goes with it; it waits on in the open round
         assert wait_until(lambda: store.get(keys.member(follower.member_id)) is not None, 30), \
             "the member never wrote its key again under its new lease"
+        last = pool.submit(handlers[2].next_rendezvous)
+        assert sorted(f.result(60).rank for f in [*first, last]) == [0, 1, 2]
+    for handler in handlers:
+        handler.shutdown()
+
+
+def test_a_member_whose_lease_etcd_dropped_joins_again_under_a_new_one_at_once(any_etcd_server, store: Store) -> None:
+    """An overloaded etcd may expire a member's lease before the member's keeper hears of it (its next keep-alive
+    is a third of the TTL away). The member that then writes its key is refused ("lease not found"), and would
+    be refused again and again until the keeper noticed: it takes a new lease at the first refusal."""
+    url = any_etcd_server.client_url
+    run_id = f"dropped-{url.rsplit(':', 1)[1]}"
+    params = dict(local_addr="127.0.0.1", job=f"default/{run_id}", lease_seconds=30, last_call_seconds=60,
+                  join_timeout=60)  # keep-alives every ~10 s: the keeper does not notice within the test
+    handlers = [create_handler(RendezvousParameters("etcd-v3", url, run_id, 3, 3, **params)) for _ in range(3)]
+    keys = JobKeys("default", run_id)
+    with ThreadPoolExecutor(3) as pool:
+        first = [pool.submit(h.next_rendezvous) for h in handlers[:2]]
+        assert wait_until(lambda: len(store.get_prefix(keys.members_prefix)[0]) == 2, 30)
+        sealer = next(h for h in handlers[:2] if h._view.whole)  # it watches its own key: it writes it again
+        refused: list[str] = []
+        put_member = sealer.run.put_member
+
+        def counted(*args: Any, **kwargs: Any) -> int:
+            try:
+                return put_member(*args, **kwargs)
+            except LeaseLostError as err:
+                refused.append(str(err))
+                raise
+
+        sealer.run.put_member = counted
+        dropped = sealer._member_lease.lease_id
+        store.revoke(dropped)
+        assert wait_until(lambda: (entry := store.get(keys.member(sealer.member_id))) is not None
+                          and entry.lease != dropped, 30), "the member never wrote its key under a new lease"
+        assert len(refused) <= 1, f"{len(refused)} writes under the dropped lease"
         last = pool.submit(handlers[2].next_rendezvous)
         assert sorted(f.result(60).rank for f in [*first, last]) == [0, 1, 2]
     for handler in handlers:
