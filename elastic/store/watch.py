@@ -131,9 +131,13 @@ class PrefixWatch:
             self._next_revision = raw.kv.mod_revision + 1
 
     def _compacted(self, compact_revision: int) -> None:
-        self._events.put(WatchCompactedError(
+        self._end(WatchCompactedError(
             f"watch on {self.prefix} cannot resume: etcd compacted revisions up to {compact_revision} "
             f"(needed {self._next_revision})"))
+
+    def _end(self, error: BaseException) -> None:
+        """No more events will come: the consumer gets `error` after the events already delivered."""
+        self._events.put(error)
 
 
 class WatchHub:
@@ -180,10 +184,17 @@ class WatchHub:
             self._end_stream_if_idle()
 
     def close(self) -> None:
+        """The connection closes: its watches end, each told so (never left waiting on a stream that is gone)."""
         self._closed.set()
         with self._lock:
             if self._call is not None:
                 self._call.cancel()
+            ended = [w for w in (*self._pending, *self._creating, *self._active.values()) if not w.stopped]
+            self._pending.clear()
+            self._creating.clear()
+            self._active.clear()
+        for watch in ended:
+            watch._end(StoreUnavailableError(f"the etcd connection of the watch on {watch.prefix} was closed"))
 
     # --- under the lock ---
 

@@ -16,7 +16,7 @@ import urllib.request
 import pytest
 from pyetcd import exceptions as etcd_exceptions
 
-from elastic.errors import WatchCompactedError
+from elastic.errors import StoreUnavailableError, WatchCompactedError
 from elastic.store import LeaseKeeper, PrefixWatch, Store, WatchEvent
 from elastic.store.server import EtcdServer
 from harness.agents import wait_until
@@ -148,3 +148,12 @@ def _refreshes(store: Store, lease: int) -> bool:
     except (etcd_exceptions.ConnectionTimeoutError, etcd_exceptions.ConnectionFailedError,
             etcd_exceptions.NoServerAvailableError):
         return False
+
+
+def test_closing_the_connection_ends_its_watches_with_an_error(any_etcd_server: EtcdServer) -> None:
+    store = Store(any_etcd_server.client_url, retry_seconds=5)
+    watch = PrefixWatch(store, "/t/closed/")
+    assert watch.wait_ready(5)
+    store.close()
+    with pytest.raises(StoreUnavailableError, match="closed"):
+        watch.get(timeout=5)
