@@ -9,12 +9,14 @@ transient failures and one readable error when etcd is really gone, not a gRPC s
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
+import queue
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -125,6 +127,13 @@ class TxnResult:
     revision: int
 
 
+def stream_requests(requests: queue.Queue[Any]) -> Iterator[Any]:
+    """The requests of one bidirectional stream, as they are queued, until a None: gRPC reads this iterator on a
+    thread of its own, which the None ends."""
+    while (request := requests.get()) is not None:
+        yield request
+
+
 def dumps(obj: Any) -> str:
     """JSON as stored: compact, keys sorted, so `etcdctl get` output is stable."""
     return json.dumps(obj, sort_keys=True, separators=(",", ":"))
@@ -218,6 +227,12 @@ class Store:
 
                 self._keep_alives = KeepAliveStream(self)
             return self._keep_alives
+
+    def fail_endpoint(self) -> None:
+        """Mark the endpoint in use as failed, so that the next stream (watch, keep-alive) goes to another one;
+        unary calls do this themselves (pyetcd), a stream that broke must say so."""
+        with contextlib.suppress(pyetcd.Etcd3Exception, StoreUnavailableError):
+            self.client.endpoint_in_use.fail()
 
     def close(self) -> None:
         with self._streams_lock:

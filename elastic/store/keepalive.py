@@ -12,7 +12,6 @@ import contextlib
 import logging
 import queue
 import threading
-from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import grpc
@@ -20,6 +19,7 @@ import pyetcd
 from pyetcd import exceptions as etcd_exceptions
 
 from elastic.errors import StoreUnavailableError
+from elastic.store.client import stream_requests
 
 if TYPE_CHECKING:
     from elastic.store.client import Store
@@ -67,7 +67,7 @@ class KeepAliveStream:
                 with contextlib.suppress(KeyError, ValueError):
                     self._waiting[lease_id].remove(answer)
                 if self._call is not None:
-                    self._fail_endpoint()
+                    self.store.fail_endpoint()
                     self._call.cancel()
             raise etcd_exceptions.ConnectionTimeoutError()
         if answer.error is not None:
@@ -88,20 +88,11 @@ class KeepAliveStream:
         except (pyetcd.Etcd3Exception, StoreUnavailableError) as err:
             raise etcd_exceptions.ConnectionFailedError() from err
         requests: queue.Queue[Any] = queue.Queue()
-
-        def feed() -> Iterator[Any]:
-            while (request := requests.get()) is not None:
-                yield request
-
-        self._call = stub.LeaseKeepAlive(feed(), credentials=client.call_credentials, metadata=client.metadata)
+        self._call = stub.LeaseKeepAlive(stream_requests(requests), credentials=client.call_credentials,
+                                         metadata=client.metadata)
         self._requests = requests
         self.streams_opened += 1
         threading.Thread(target=self._read, args=(self._call, requests), name="etcd-keep-alive", daemon=True).start()
-
-    def _fail_endpoint(self) -> None:
-        """Mark the endpoint in use as failed, so that the next stream goes to another one."""
-        with contextlib.suppress(pyetcd.Etcd3Exception, StoreUnavailableError):
-            self.store.client.endpoint_in_use.fail()
 
     def _read(self, call: Any, requests: queue.Queue[Any]) -> None:
         error: BaseException = etcd_exceptions.ConnectionFailedError()
@@ -117,10 +108,10 @@ class KeepAliveStream:
             if err.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
                 error = etcd_exceptions.ConnectionTimeoutError()
             elif err.code() != grpc.StatusCode.CANCELLED:
-                self._fail_endpoint()
+                self.store.fail_endpoint()
             log.debug("lease keep-alive stream broke: %s", err)
         finally:
-            requests.put(None)  # ends gRPC's thread that reads `feed`
+            requests.put(None)  # ends gRPC's thread that reads the requests
             with self._lock:
                 if self._requests is requests:
                     self._call = self._requests = None

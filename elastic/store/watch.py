@@ -14,7 +14,6 @@ machine's two cores waking up (issue 27).
 from __future__ import annotations
 
 import collections
-import contextlib
 import logging
 import queue
 import threading
@@ -26,6 +25,7 @@ import grpc
 import pyetcd
 
 from elastic.errors import StoreUnavailableError, WatchCompactedError
+from elastic.store.client import stream_requests
 
 if TYPE_CHECKING:
     from elastic.store.client import Store
@@ -260,8 +260,7 @@ class WatchHub:
                 backoff = 0.05
             except (*STREAM_ERRORS, ValueError) as err:
                 if isinstance(err, grpc.RpcError) and err.code() != grpc.StatusCode.CANCELLED:
-                    with contextlib.suppress(pyetcd.Etcd3Exception, StoreUnavailableError):
-                        self.store.client.endpoint_in_use.fail()  # the next stream goes to another endpoint
+                    self.store.fail_endpoint()
                 log.debug("watch stream broke (%s); resuming every watch where it left off", err)
             with self._lock:
                 if self._idle():
@@ -274,16 +273,11 @@ class WatchHub:
     def _stream_once(self) -> None:
         client = self.store.client
         requests: queue.Queue[Any] = queue.Queue()
-
-        def feed() -> Iterator[Any]:
-            while (request := requests.get()) is not None:
-                yield request
-
         stub = pyetcd.etcdrpc.WatchStub(client.channel)
         with self._lock:
             if self._idle() or self._closed.is_set():
                 return
-            call = stub.Watch(feed(), credentials=client.call_credentials, metadata=client.metadata)
+            call = stub.Watch(stream_requests(requests), credentials=client.call_credentials, metadata=client.metadata)
             self._call, self._requests = call, requests
             self.streams_opened += 1
             self._send_creates()
@@ -292,7 +286,7 @@ class WatchHub:
                 with self._lock:
                     self._dispatch(response)
         finally:
-            requests.put(None)  # ends gRPC's thread that reads `feed`
+            requests.put(None)  # ends gRPC's thread that reads the requests
             with self._lock:
                 self._call = self._requests = None
                 # whatever was created or being created on this stream is created again on the next one
