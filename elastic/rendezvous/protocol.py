@@ -116,15 +116,15 @@ def join_step(state: JobState, me: str, settings: Settings, quiet_for: float, af
         return Target(current.number)
     if not state.roster:
         return Wait(None)  # the sealer seals (docs/design.md §3.20)
-    gathered = sorted(
-        (m for m in state.members.values() if m.target == current.number), key=lambda m: rank_order(m, current)
-    )
+    gathered = [m for m in state.members.values() if m.target == current.number]
     if round_can_seal(
         len(gathered), settings.min_nodes, seal_at(state, settings), quiet_for, settings.last_call_seconds,
         stragglers(state, current, {m.id for m in gathered}),
     ):
         # At most the desired size: whoever gathered beyond it waits outside the round, warm, as a spare.
-        return Seal(current, {m.id: rank for rank, m in enumerate(gathered[: seal_at(state, settings)])})
+        # (Ordered only now: the sealer decides at every join, and most decisions are to wait.)
+        ranked = sorted(gathered, key=lambda m: rank_order(m, current))[: seal_at(state, settings)]
+        return Seal(current, {m.id: rank for rank, m in enumerate(ranked)})
     if len(gathered) >= settings.min_nodes:
         return Wait(max(settings.last_call_seconds - quiet_for, 0.0))
     return Wait(None)

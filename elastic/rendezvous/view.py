@@ -81,6 +81,9 @@ class JobView:
         self._on_change = on_change
         self._changed = threading.Condition()
         self._entries: dict[str, Entry] = {}
+        # The entries a JobState is parsed from (`JobRun.decides_on`), kept beside every entry as events come:
+        # the sealer's view holds every member key, and filtering them again at every parse was O(N) per event.
+        self._deciding: dict[str, Entry] = {}
         self._revision = 0
         # Counts the changes of keys the protocol decides on (and of what this view holds): progress, the
         # status and the agents' store move the revision without changing the state, and are not worth a parse
@@ -116,10 +119,7 @@ class JobView:
         (None: it is gone, e.g. with a lost lease)."""
         with self._changed:
             if not self._whole:
-                if value is None:
-                    self._entries.pop(key, None)
-                else:
-                    self._entries[key] = Entry(key, value, revision, 0, 0)
+                self._put(key, None if value is None else Entry(key, value, revision, 0, 0))
                 self._generation += 1
 
     def _load(self) -> None:
@@ -138,6 +138,7 @@ class JobView:
             old, old_events = self._watches, self._events
             # Nothing of a member's view outlives a load: at start it is empty, and widening reads every key.
             self._entries = {e.key: e for e in entries}
+            self._deciding = {e.key: e for e in entries if self.run.decides_on(e.key)}
             self._revision = max(self._revision, revision)
             self._generation += 1
             self._watches, self._events = watches, events
@@ -164,11 +165,23 @@ class JobView:
         return self.run.store.get(key) if key is not None else None
 
     def _keep_bucket(self, bucket: Entry | None) -> None:
-        for key in [k for k in self._entries if k.startswith(self.run.keys.ranks_prefix)]:
-            del self._entries[key]
+        for key in [k for k in self._deciding if k.startswith(self.run.keys.ranks_prefix)]:
+            self._put(key, None)
         if bucket is not None:
-            self._entries[bucket.key] = bucket
+            self._put(bucket.key, bucket)
         self._generation += 1
+
+    def _put(self, key: str, entry: Entry | None) -> None:
+        """Set (None: drop) one key of the view, in the parse's entries too when the protocol decides on it."""
+        deciding = self.run.decides_on(key)
+        if entry is None:
+            self._entries.pop(key, None)
+            if deciding:
+                self._deciding.pop(key, None)
+        else:
+            self._entries[key] = entry
+            if deciding:
+                self._deciding[key] = entry
 
     def _follow(self) -> None:
         try:
@@ -196,13 +209,9 @@ class JobView:
                     if events is not self._events:
                         continue  # widened meanwhile: the new read holds all of it
                     for e in applied:
-                        if e.kind == "delete":
-                            self._entries.pop(e.key, None)
-                        else:
-                            self._entries[e.key] = _entry(e)
+                        self._put(e.key, None if e.kind == "delete" else _entry(e))
                         self._revision = max(self._revision, e.revision)
-                        if self.run.decides_on(e.key):
-                            deciding = True
+                        deciding = deciding or self.run.decides_on(e.key)
                     if deciding:
                         self._generation += 1
                     if rounds and not self._whole:
@@ -241,9 +250,9 @@ class JobView:
                     parsed = dataclasses.replace(parsed, revision=revision)
                     self._parsed = (generation, parsed)
                 return parsed
-            entries, whole = list(self._entries.values()), self._whole
+            entries, whole = list(self._deciding.values()), self._whole
         # Parsed outside the lock, so that the watch thread is never held up by a reader.
-        parsed = JobState.parse(self.run.keys, [e for e in entries if self.run.decides_on(e.key)], revision, whole)
+        parsed = JobState.parse(self.run.keys, entries, revision, whole)
         with self._changed:
             if self._parsed is None or self._parsed[0] < generation:
                 self._parsed = (generation, parsed)
