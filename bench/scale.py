@@ -544,7 +544,8 @@ def main(argv: list[str] | None = None) -> int:
                     lost = "" if m.loss is None else (
                         f"; a member lost -> round of {n - 1}: "
                         f"{'none' if m.loss.seconds is None else f'{m.loss.seconds:.2f} s'}, "
-                        f"{m.loss.events:.0f} events, {m.loss.bytes_sent / 1024:.0f} KiB {m.loss.note}")
+                        f"{m.loss.events:.0f} events, {m.loss.bytes_sent / 1024:.0f} KiB, CPU members "
+                        f"{m.loss.client_cpu:.1f} s, store {m.loss.server_cpu:.1f} s {m.loss.note}")
                     common.log(f"N={n:<4} {backend:<8} #{r + 1}: {took}, {m.requests:.0f} requests, "
                                f"{m.events:.0f} events, {m.bytes_read / 1024:.0f} KiB read, CPU members "
                                f"{m.client_cpu:.1f} s, store {m.server_cpu:.1f} s {m.note}{lost} "
