@@ -218,6 +218,8 @@ class WatchHub:
             self._requests.put(pyetcd.etcdrpc.WatchRequest(create_request=watch._create_request()))
 
     def _dispatch(self, response: Any) -> None:
+        if self._closed.is_set():
+            return  # every watch was ended by `close`: what the stream still brings (a create's answer) is no one's
         if response.created:
             watch = self._creating.popleft()
             if response.compact_revision:
