@@ -40,7 +40,7 @@ Step = Annotated[int, Field(ge=0, le=MAX_STEP)]
 Seconds = Annotated[float, Field(ge=0, le=MAX_SECONDS, allow_inf_nan=False)]
 ExitCode = Annotated[int, Field(ge=-MAX_COUNT, le=MAX_COUNT)]
 LeaseNumber = Annotated[int, Field(ge=0, le=MAX_LEASE)]
-MAX_RANK_BUCKETS = 125  # a seal writes the round and every bucket in one transaction (etcd's 128 operations)
+RANK_BUCKETS = 48  # keys a run keeps its ranks in; which ones a seal wrote is a bitmask: an exact JSON number
 
 
 class CorruptValueError(PermanentError):
@@ -85,7 +85,7 @@ class RoundRecord(_Wire):
     opened_at: Seconds = 0.0
     sealed_at: Seconds | None = None
     world_size: NonNegative = 0
-    buckets: Annotated[int, Field(ge=0, le=MAX_RANK_BUCKETS)] = 0
+    rank_buckets: Annotated[int, Field(ge=0, lt=2**RANK_BUCKETS)] = 0
 
 
 class SealerRecord(_Wire):
@@ -93,7 +93,13 @@ class SealerRecord(_Wire):
     at: Seconds = 0.0
 
 
-_RANKS = TypeAdapter(dict[str, NonNegative], config=ConfigDict(strict=True))  # one bucket: member id -> rank
+class RankBucketRecord(_Wire):
+    """One bucket of a sealed round's ranks: the round, and member id -> rank."""
+
+    round: NonNegative
+    ranks: dict[str, NonNegative]
+
+
 _EXPECTED = TypeAdapter(list[str], config=ConfigDict(strict=True))
 
 
@@ -233,14 +239,6 @@ def decode_model(model: type[M], key: str, value: bytes | str) -> M:
     """One stored value as `model`, or CorruptValueError naming the key and the first problem."""
     try:
         return model.model_validate_json(value)
-    except ValidationError as err:
-        raise CorruptValueError(key, _first_problem(err, value)) from None
-
-
-def decode_ranks(key: str, value: bytes | str) -> dict[str, int]:
-    """One bucket of a sealed round's ranks (`membership/ranks/<round>/<bucket>`)."""
-    try:
-        return _RANKS.validate_json(value)
     except ValidationError as err:
         raise CorruptValueError(key, _first_problem(err, value)) from None
 

@@ -14,7 +14,6 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 
-from elastic.codec import CorruptValueError
 from elastic.errors import PermanentError
 from elastic.policy.budget import Budget
 from elastic.policy.incident import Failure, Incident, JobEnd, RoundEnd, incident_from_reports, incident_of
@@ -25,13 +24,13 @@ from elastic.rendezvous.state import (
     JobState,
     Member,
     Round,
+    bucket_mask,
     bucket_of,
-    buckets_for,
     in_buckets,
     read_by_protocol,
 )
 from elastic.spec import RestartPolicy, Rule
-from elastic.store import Delete, Entry, JobKeys, ModRevisionIs, Put, Store, TxnResult, UnchangedSince, dumps
+from elastic.store import Delete, JobKeys, ModRevisionIs, Put, Store, TxnResult, UnchangedSince, dumps
 
 log = logging.getLogger(__name__)
 
@@ -63,24 +62,16 @@ class JobRun:
         if member is None:
             entries, revision = self.store.get_prefix(self.keys.prefix)
         else:
-            entries, revision = self.store.get_ranges(self.keys.member_ranges)
-            round_entry = next((e for e in entries if e.key == self.keys.round), None)
-            for key in (self.keys.member(member), self.own_bucket(member, round_entry)):
-                entry = self.store.get(key) if key is not None else None
-                entries += [entry] if entry is not None else []
+            entries, revision = self.store.get_ranges(self.member_ranges(member))
+            own = self.store.get(self.keys.member(member))
+            entries += [own] if own is not None else []
         return JobState.parse(self.keys, [e for e in entries if self.decides_on(e.key)], revision, member is None)
 
-    def own_bucket(self, member: str, round_entry: Entry | None) -> str | None:
-        """The key of `member`'s bucket of the ranks, when `round_entry` is a sealed round (None otherwise)."""
-        if round_entry is None:
-            return None
-        try:
-            current = Round.decode(round_entry)
-        except CorruptValueError:
-            return None  # the member's state reports the bad round record itself
-        if not current.sealed or not current.buckets:
-            return None
-        return self.keys.rank_bucket(current.number, bucket_of(member, current.buckets))
+    def member_ranges(self, member: str) -> list[tuple[str, str]]:
+        """What a member's view holds, as [start, end) ranges: the job's keys but the roster's, and its own
+        bucket of the ranks (the same key in every round)."""
+        bucket = self.keys.rank_bucket(bucket_of(member))
+        return [*self.keys.member_ranges, (bucket, bucket + "\0")]
 
     def decides_on(self, key: str) -> bool:
         """False for keys the protocol never reads (the agents' store, progress, the status, worker records)."""
@@ -181,10 +172,11 @@ class JobRun:
 
         One comparison covers every member key (a newcomer or a re-written key makes the seal fail and be
         decided again); a member whose lease runs out in between is seen lost right after, like any loss.
-        The same transaction writes the ranks, in buckets (each member reads its own), and drops the ranks
-        of the round before: the round record itself stays a few fields.
+        The same transaction writes the ranks, in buckets (each member watches its own key; the round record
+        notes which buckets it wrote, and itself stays a few fields). A bucket this seal does not write keeps
+        an older round's ranks, which name their round: nobody reads them as this one's.
         """
-        buckets = buckets_for(len(ranks))
+        buckets = in_buckets(ranks)
         sealed = Round(
             current.number,
             sealed=True,
@@ -192,16 +184,15 @@ class JobRun:
             opened_at=current.opened_at,
             sealed_at=time.time(),
             size=len(ranks),
-            buckets=buckets,
+            rank_buckets=bucket_mask(buckets),
         )
         lease = state.job_lease
         compare = [ModRevisionIs(self.keys.round, current.mod_revision),
                    UnchangedSince(self.keys.members_prefix, state.revision)]
         ops: list[Put | Delete] = [
             Put.json(self.keys.round, sealed.to_json(), lease),
-            Delete(self.keys.ranks(current.number - 1), prefix=True),
-            *(Put.json(self.keys.rank_bucket(current.number, b), part, lease)
-              for b, part in in_buckets(ranks, buckets).items()),
+            *(Put.json(self.keys.rank_bucket(b), {"round": current.number, "ranks": part}, lease)
+              for b, part in buckets.items()),
         ]
         result = self.store.txn(compare, ops)
         return result.revision if result.succeeded else 0

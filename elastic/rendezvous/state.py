@@ -10,11 +10,12 @@ from __future__ import annotations
 import dataclasses
 import functools
 import zlib
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from elastic.codec import (
-    MAX_RANK_BUCKETS,
+    RANK_BUCKETS,
     AliveRecord,
     ClosedRecord,
     CorruptValueError,
@@ -22,13 +23,13 @@ from elastic.codec import (
     DoneRecord,
     FailureRecord,
     MemberRecord,
+    RankBucketRecord,
     RoundRecord,
     RunRecord,
     SealerRecord,
     decode_budget,
     decode_expected,
     decode_model,
-    decode_ranks,
     decode_spec,
 )
 from elastic.policy.budget import Budget
@@ -77,25 +78,23 @@ class Member:
         )
 
 
-MEMBERS_PER_BUCKET = 64  # ~2 KiB of ranks per bucket key: what one member reads to learn its rank
+def bucket_of(member_id: str) -> int:
+    """The bucket a member's rank is in, in every round: a stable hash, so that a member watches only its own
+    bucket's key (about N / 48 members' ranks: at 1,024 members ~21, under 1 KiB)."""
+    return zlib.crc32(member_id.encode()) % RANK_BUCKETS
 
 
-def buckets_for(world_size: int) -> int:
-    """How many keys a round of `world_size` keeps its ranks in (all written by the one sealing transaction)."""
-    return min(MAX_RANK_BUCKETS, max(1, -(-world_size // MEMBERS_PER_BUCKET)))
-
-
-def bucket_of(member_id: str, buckets: int) -> int:
-    """The bucket a member's rank is in: a stable hash, so that a member reads only its own bucket."""
-    return zlib.crc32(member_id.encode()) % max(buckets, 1)
-
-
-def in_buckets(ranks: dict[str, int], buckets: int) -> dict[int, dict[str, int]]:
-    """A round's ranks split into its buckets (every bucket present, an empty one as {})."""
-    split: dict[int, dict[str, int]] = {b: {} for b in range(buckets)}
+def in_buckets(ranks: dict[str, int]) -> dict[int, dict[str, int]]:
+    """A round's ranks split into the buckets that have members (the others are not written)."""
+    split: dict[int, dict[str, int]] = {}
     for member_id, rank in ranks.items():
-        split[bucket_of(member_id, buckets)][member_id] = rank
+        split.setdefault(bucket_of(member_id), {})[member_id] = rank
     return split
+
+
+def bucket_mask(buckets: Iterable[int]) -> int:
+    """The round record's note of which buckets its seal wrote (bit b: bucket b)."""
+    return sum(1 << b for b in set(buckets))
 
 
 @dataclass(frozen=True)
@@ -120,12 +119,18 @@ class Round:
     # coming from that restart and the round need not wait out the last call (empty: no such knowledge).
     expected: tuple[str, ...] = ()
     size: int = 0  # the sealed round's world size, as recorded (its `members` may be one bucket of it)
-    buckets: int = 0  # keys its ranks are kept in
+    # Which rank buckets its seal wrote (`bucket_mask`): a member whose bit is clear is not in the round, and
+    # one whose bit is set knows that its bucket's event of the same revision is on its way.
+    rank_buckets: int = 0
     mod_revision: int = 0
 
     @property
     def world_size(self) -> int:
         return self.size or len(self.members)
+
+    def wrote_bucket(self, bucket: int) -> bool:
+        """Whether this round's seal wrote that bucket of ranks."""
+        return bool(self.rank_buckets >> bucket & 1)
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -135,7 +140,7 @@ class Round:
             "opened_at": self.opened_at,
         }
         if self.sealed:
-            data.update(world_size=self.world_size, sealed_at=self.sealed_at, buckets=self.buckets)
+            data.update(world_size=self.world_size, sealed_at=self.sealed_at, rank_buckets=self.rank_buckets)
         return data
 
     @classmethod
@@ -148,7 +153,7 @@ class Round:
             opened_at=record.opened_at,
             sealed_at=record.sealed_at,
             size=record.world_size,
-            buckets=record.buckets,
+            rank_buckets=record.rank_buckets,
             mod_revision=entry.mod_revision,
         )
 
@@ -261,8 +266,8 @@ class _Parser:
             run = decode_model(RunRecord, key, value)
             self.fields["run_id"], self.fields["job_lease"] = run.run_id, run.lease
         elif key.startswith(keys.ranks_prefix):
-            round_text, _, _bucket = key[len(keys.ranks_prefix) :].partition("/")
-            self.ranks.setdefault(round_text, {}).update(decode_ranks(key, value))
+            bucket = decode_model(RankBucketRecord, key, value)
+            self.ranks.setdefault(str(bucket.round), {}).update(bucket.ranks)
         elif key.startswith(keys.expected_prefix):
             self.expected[key[len(keys.expected_prefix) :]] = decode_expected(key, value)
         elif key == keys.round:

@@ -13,12 +13,18 @@ import dataclasses
 import os
 import queue
 import threading
+import time
 from collections.abc import Callable
+from typing import Any
 
+from elastic.codec import CorruptValueError
 from elastic.rendezvous.run import JobRun
-from elastic.rendezvous.state import JobState
+from elastic.rendezvous.state import JobState, Round, bucket_of
 from elastic.store import Entry, PrefixWatch
 from elastic.store.watch import WatchEvent
+
+# How long a member waits for its bucket of a seal's ranks to come on its watch before it reads it.
+OWN_RANK_WAIT_SECONDS = 2.0
 
 
 class ChangeSignal:
@@ -130,8 +136,10 @@ class JobView:
             entries, revision = run.store.get_prefix(keys.prefix)
             ranges: list[tuple[str, str | None]] = [(keys.prefix, None)]
         else:
-            entries, revision = run.store.get_ranges(keys.member_ranges)
-            ranges = list(keys.member_ranges)
+            assert self.member is not None  # a view that does not hold every key is a member's
+            member_ranges = run.member_ranges(self.member)
+            entries, revision = run.store.get_ranges(member_ranges)
+            ranges = list(member_ranges)
         events: queue.Queue[WatchEvent | BaseException] = queue.Queue()
         watches = [PrefixWatch(run.store, start, revision + 1, range_end=end, events=events) for start, end in ranges]
         with self._changed:
@@ -146,30 +154,6 @@ class JobView:
         for watch in old:
             watch.cancel()
         self._wake(old_events)
-        if not self._whole:
-            self._fetch_own_bucket()
-
-    def _fetch_own_bucket(self) -> None:
-        """Read this member's bucket of the current sealed round's ranks (one key), dropping older buckets."""
-        with self._changed:
-            round_entry = self._entries.get(self.run.keys.round)
-            events = self._events
-        bucket = self._own_bucket(round_entry)
-        with self._changed:
-            if events is self._events:
-                self._keep_bucket(bucket)
-                self._changed.notify_all()
-
-    def _own_bucket(self, round_entry: Entry | None) -> Entry | None:
-        key = self.run.own_bucket(self.member, round_entry) if self.member is not None else None
-        return self.run.store.get(key) if key is not None else None
-
-    def _keep_bucket(self, bucket: Entry | None) -> None:
-        for key in [k for k in self._deciding if k.startswith(self.run.keys.ranks_prefix)]:
-            self._put(key, None)
-        if bucket is not None:
-            self._put(bucket.key, bucket)
-        self._generation += 1
 
     def _put(self, key: str, entry: Entry | None) -> None:
         """Set (None: drop) one key of the view, in the parse's entries too when the protocol decides on it."""
@@ -193,17 +177,11 @@ class JobView:
                 with contextlib.suppress(queue.Empty):
                     while True:
                         batch.append(events.get_nowait())
+                self._hold_for_own_rank(events, batch)
                 applied = [e for e in batch if not isinstance(e, BaseException) and e is not _WAKE_UP]
                 if not applied and all(e is _WAKE_UP for e in batch):
                     continue
                 self.events_received += len(applied)
-                rounds = [e for e in applied if e.key == self.run.keys.round]
-                # A member learns its rank from its bucket, read before the new round is applied: nobody may
-                # see the round sealed without its own rank and conclude that it was left out.
-                bucket = None
-                if rounds and not self._whole:
-                    last = rounds[-1]
-                    bucket = self._own_bucket(None if last.kind == "delete" else _entry(last))
                 deciding = False
                 with self._changed:
                     if events is not self._events:
@@ -214,8 +192,6 @@ class JobView:
                         deciding = deciding or self.run.decides_on(e.key)
                     if deciding:
                         self._generation += 1
-                    if rounds and not self._whole:
-                        self._keep_bucket(bucket)
                     self._changed.notify_all()
                 if deciding:
                     self._on_change()
@@ -227,6 +203,43 @@ class JobView:
                 self._error = err
                 self._changed.notify_all()
             self._on_change()
+
+    def _hold_for_own_rank(self, events: queue.Queue[WatchEvent | BaseException], batch: list[Any]) -> None:
+        """Nobody may see its round sealed without its own rank (it would conclude that it was left out): the
+        seal writes the round and this member's bucket at one revision, but they come on two watches, in either
+        order. While the batch holds a seal that wrote our bucket and not yet the bucket, wait for it (a moment:
+        the same stream carries it), else read it."""
+        deadline = time.monotonic() + OWN_RANK_WAIT_SECONDS
+        while self._own_rank_missing(batch):
+            try:
+                batch.append(events.get(timeout=max(deadline - time.monotonic(), 0.0)))
+            except queue.Empty:
+                assert self.member is not None
+                key = self.run.keys.rank_bucket(bucket_of(self.member))
+                entry = self.run.store.get(key)
+                read = WatchEvent("delete", key, b"", 0) if entry is None else _event(entry)
+                batch.append(read)
+                return
+
+    def _own_rank_missing(self, batch: list[Any]) -> bool:
+        if self._whole or self.member is None or any(isinstance(e, BaseException) or e is _WAKE_UP for e in batch):
+            return False
+        keys = self.run.keys
+        rounds = [e for e in batch if e.key == keys.round]
+        if not rounds or rounds[-1].kind == "delete":
+            return False
+        try:
+            current = Round.decode(_entry(rounds[-1]))
+        except CorruptValueError:
+            return False  # the state reports the bad record
+        bucket = bucket_of(self.member)
+        if not current.sealed or not current.wrote_bucket(bucket):
+            return False
+        key = keys.rank_bucket(bucket)
+        seen = [e.revision for e in batch if e.key == key]
+        with self._changed:
+            held = self._entries.get(key)
+        return max([*seen, held.mod_revision if held else 0]) < rounds[-1].revision
 
     @property
     def revision(self) -> int:
@@ -295,3 +308,7 @@ _WAKE_UP = WatchEvent("wake-up", "", b"", 0)
 
 def _entry(event: WatchEvent) -> Entry:
     return Entry(event.key, event.value, event.revision, 0, 0)
+
+
+def _event(entry: Entry) -> WatchEvent:
+    return WatchEvent("put", entry.key, entry.value, entry.mod_revision)

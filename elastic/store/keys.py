@@ -69,12 +69,10 @@ class JobKeys:
     def membership_prefix(self) -> str:
         return self.prefix + "membership/"
 
-    def ranks(self, round_number: int) -> str:
-        """The ranks of a sealed round, in buckets of a few dozen members each (one bucket: one key)."""
-        return f"{self.membership_prefix}ranks/{round_number}/"
-
-    def rank_bucket(self, round_number: int, bucket: int) -> str:
-        return f"{self.ranks(round_number)}{bucket}"
+    def rank_bucket(self, bucket: int) -> str:
+        """One bucket of the last sealed round's ranks that had members in it (the round is in the value): a
+        member watches its own bucket's key, the same key in every round."""
+        return f"{self.ranks_prefix}{bucket}"
 
     @functools.cached_property
     def ranks_prefix(self) -> str:

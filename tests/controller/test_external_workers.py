@@ -17,7 +17,7 @@ from cli_harness import ElasticCli, job_yaml
 from elastic.cluster.external import ExternalAgents
 from elastic.controller.submit import submit_job
 from elastic.rendezvous.run import JobRun
-from elastic.rendezvous.state import Member, Round
+from elastic.rendezvous.state import Member, Round, bucket_mask, bucket_of
 from elastic.spec import parse_job
 from elastic.store import JobKeys, Store
 from harness.agents import AgentProcess, torchrun_command, wait_until
@@ -99,8 +99,10 @@ def test_an_agent_a_sealed_round_left_behind_is_not_counted_while_its_key_lasts(
     """A lost agent's member key outlives it by up to its lease; the round that ended without it does not."""
     keys = JobKeys("default", "left")
     with Store(etcd_server.client_url) as store:
-        store.put_json(keys.round, Round(3, sealed=True, size=1, buckets=1).to_json())
-        store.put_json(keys.rank_bucket(3, 0), {"b-1-aa": 0})  # the ranks, as a seal writes them
+        sealed = Round(3, sealed=True, size=1, rank_buckets=bucket_mask([bucket_of("b-1-aa")]))
+        store.put_json(keys.round, sealed.to_json())
+        # the ranks, as a seal writes them
+        store.put_json(keys.rank_bucket(bucket_of("b-1-aa")), {"round": 3, "ranks": {"b-1-aa": 0}})
         for member in (Member("a-1-aa", 2), Member("b-1-aa", 3), Member("c-1-aa", 4)):  # lost, in it, waiting
             store.put_json(keys.member(member.id), member.to_json())
         assert sorted(w.name for w in ExternalAgents(store, keys).observe()) == ["b-1-aa", "c-1-aa"]
