@@ -88,6 +88,9 @@ class EtcdV3RendezvousHandler(RendezvousHandler):
         # The controller's worker name leads the id, so that it can tell which member a worker was.
         origin = os.environ.get("ELASTIC_WORKER") or socket.gethostname()
         self.member_id = f"{origin}-{os.getpid()}-{secrets.token_hex(2)}"
+        # A connection of its own is closed when the member leaves: a process that rendezvoused once (a test
+        # runner, a launcher) keeps no gRPC stream threads, which would make its later fork()s unsafe for gRPC.
+        self._owns_store = store is None
         self.store = store or Store(
             config.endpoints, auth=config.auth, retry_seconds=15
         )
@@ -569,6 +572,8 @@ class EtcdV3RendezvousHandler(RendezvousHandler):
             if self._view is not None:
                 self._view.close()
             self.changes.close()
+            if self._owns_store:
+                self.store.close()
 
     def _at_exit(self) -> None:
         """torch skips shutdown() when a signal stops the agent: a stop on purpose, so free by default.
