@@ -155,8 +155,9 @@ class JobView:
             watch.cancel()
         self._wake(old_events)
 
-    def _put(self, key: str, entry: Entry | None) -> None:
-        """Set (None: drop) one key of the view, in the parse's entries too when the protocol decides on it."""
+    def _put(self, key: str, entry: Entry | None) -> bool:
+        """Set (None: drop) one key of the view, in the parse's entries too when the protocol decides on it;
+        returns whether it does."""
         deciding = self.run.decides_on(key)
         if entry is None:
             self._entries.pop(key, None)
@@ -166,6 +167,7 @@ class JobView:
             self._entries[key] = entry
             if deciding:
                 self._deciding[key] = entry
+        return deciding
 
     def _follow(self) -> None:
         try:
@@ -187,9 +189,9 @@ class JobView:
                     if events is not self._events:
                         continue  # widened meanwhile: the new read holds all of it
                     for e in applied:
-                        self._put(e.key, None if e.kind == "delete" else _entry(e))
+                        decides = self._put(e.key, None if e.kind == "delete" else _entry(e))
                         self._revision = max(self._revision, e.revision)
-                        deciding = deciding or self.run.decides_on(e.key)
+                        deciding = deciding or decides
                     if deciding:
                         self._generation += 1
                     self._changed.notify_all()
