@@ -252,7 +252,9 @@ class EtcdV3RendezvousHandler(RendezvousHandler):
             self.config.run_id, self.config.max_restarts, self.config.ttl_seconds, self.config.reset, self.member_id
         )
         if state.job_lease is not None:
-            self._job_lease = LeaseKeeper(self.store, state.job_lease, self.config.ttl_seconds)
+            # Refreshed by the TTL its creator granted, not by ours: a run created with a shorter TTL (by the
+            # controller, a test, an agent configured otherwise) would otherwise lapse between our keep-alives.
+            self._job_lease = LeaseKeeper(self.store, state.job_lease, state.job_ttl or self.config.ttl_seconds)
             self._job_lease.start()
         self._member_lease = LeaseKeeper.grant(self.store, self.config.lease_seconds)
         self._joined_at = time.time()
@@ -354,11 +356,18 @@ class EtcdV3RendezvousHandler(RendezvousHandler):
         seen = [t for t in (self.store.last_unreachable, lease.last_failure if lease else None) if t]
         return any(time.monotonic() - t < window for t in seen)
 
-    @staticmethod
-    def _decodable(state: JobState) -> JobState:
+    def _decodable(self, state: JobState) -> JobState:
         error = state.corruption()
         if error is not None:
             raise error
+        if state.round is None:
+            # The run's keys all hang on its job lease: they went together (no agent kept it alive for its
+            # TTL, e.g. etcd was unreachable that long, or someone deleted them). Nothing of the run is left
+            # to rejoin; starting afresh is the operator's call, not a guess of ours.
+            raise RendezvousClosedError(
+                f"the run of job {self.run.keys.namespace}/{self.run.keys.name} is gone from etcd (its keys "
+                "lapsed with the job lease or were deleted): start the job again"
+            )
         return state
 
     def _own_failure(self) -> Failure:

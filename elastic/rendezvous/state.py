@@ -197,6 +197,7 @@ class JobState:
 
     run_id: str | None = None
     job_lease: int | None = None
+    job_ttl: int | None = None  # the job lease's TTL as its creator granted it: what its keepers refresh by
     round: Round | None = None
     members: dict[str, Member] = field(default_factory=dict)
     budget: Budget | None = None
@@ -264,7 +265,7 @@ class _Parser:
             self.fields["members"][member_id] = _member(key, member_id, value, entry.mod_revision)
         elif key == keys.run:
             run = decode_model(RunRecord, key, value)
-            self.fields["run_id"], self.fields["job_lease"] = run.run_id, run.lease
+            self.fields.update(run_id=run.run_id, job_lease=run.lease, job_ttl=run.ttl)
         elif key.startswith(keys.ranks_prefix):
             bucket = decode_model(RankBucketRecord, key, value)
             self.ranks.setdefault(str(bucket.round), {}).update(bucket.ranks)
