@@ -16,7 +16,7 @@ import json
 from datetime import datetime, timezone
 from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from elastic.errors import PermanentError
 from elastic.policy.budget import Budget, Charge
@@ -94,13 +94,13 @@ class SealerRecord(_Wire):
 
 
 class RankBucketRecord(_Wire):
-    """One bucket of a sealed round's ranks: the round, and member id -> rank."""
+    """One bucket of a sealed round's ranks: the round, and member id -> rank; and, written by the transaction
+    that ends that round, which members of this bucket the round after it expects back (`Round.expected`)."""
 
     round: NonNegative
     ranks: dict[str, NonNegative]
+    expected: list[str] = []
 
-
-_EXPECTED = TypeAdapter(list[str], config=ConfigDict(strict=True))
 
 
 class ChargeRecord(_Wire):
@@ -239,14 +239,6 @@ def decode_model(model: type[M], key: str, value: bytes | str) -> M:
     """One stored value as `model`, or CorruptValueError naming the key and the first problem."""
     try:
         return model.model_validate_json(value)
-    except ValidationError as err:
-        raise CorruptValueError(key, _first_problem(err, value)) from None
-
-
-def decode_expected(key: str, value: bytes | str) -> list[str]:
-    """The members an open round waits for by name (`membership/expected/<round>`)."""
-    try:
-        return _EXPECTED.validate_json(value)
     except ValidationError as err:
         raise CorruptValueError(key, _first_problem(err, value)) from None
 

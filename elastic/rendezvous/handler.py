@@ -58,6 +58,7 @@ from elastic.rendezvous.protocol import (
     Target,
     Wait,
     change_after_own_failure,
+    gathered_for,
     join_step,
     membership_change,
 )
@@ -75,6 +76,8 @@ AT_EXIT_RETRY_SECONDS = 2.0
 # 1,024): it spends at most 1 / SEALER_PACE of its time deciding, and waits at most this long for a decision.
 SEALER_PACE = 4
 SEALER_PACE_MAX_SECONDS = 0.05
+# How long a member waits for its view to show its own write (a seal, a round's end) before deciding anyway.
+OWN_WRITE_WAIT_SECONDS = 5.0
 
 
 class RendezvousStateError(RendezvousError):
@@ -345,7 +348,11 @@ class EtcdV3RendezvousHandler(RendezvousHandler):
                 state = self._decodable(self.run.read())
                 continue
             incident = self._incident(state, change)
-            if incident is None or self.run.end_round(state, state.round, incident):  # type: ignore[arg-type]
+            if incident is None:
+                return
+            ended = self.run.end_round(state, state.round, incident)  # type: ignore[arg-type]
+            if ended:
+                self._catch_up(ended)
                 return
             state = self.run.read()
 
@@ -510,7 +517,7 @@ class EtcdV3RendezvousHandler(RendezvousHandler):
                 if not sealed_at:
                     self._view.wait_for_change(state.revision, timeout=min(remaining, 0.2))
                 else:  # decide again once the view shows the seal, not on an older event (a seal bound to fail)
-                    self._view.wait_for_change(sealed_at - 1, timeout=min(remaining, 5.0))
+                    self._view.wait_for_change(sealed_at - 1, timeout=min(remaining, OWN_WRITE_WAIT_SECONDS))
             elif isinstance(step, EndDeadRound):
                 self._end_dead_round(state, step.round)
             elif isinstance(step, EndRound):
@@ -536,7 +543,7 @@ class EtcdV3RendezvousHandler(RendezvousHandler):
             lost = min(dead.members, key=dead.members.__getitem__)
             incident = self.run.incident(state, RoundEnd.MEMBER_LOST, Failure(None, reason=NODE_LOST, member=lost))
         log.warning("round %d has no live member left: ending it (%s)", dead.number, incident.reason.value)
-        self.run.end_round(state, dead, incident)
+        self._catch_up(self.run.end_round(state, dead, incident))
 
     def _end_changed_round(self, state: JobState, step: EndRound) -> None:
         """As the sealer outside the round: end it on the change its members cannot see."""
@@ -544,8 +551,20 @@ class EtcdV3RendezvousHandler(RendezvousHandler):
         if change.reason is RoundEnd.MEMBER_LOST and self._store_was_away():
             change = Change(RoundEnd.STORE_UNAVAILABLE, member=change.member)
         incident = self._incident(state, change)
-        if incident is not None and not self.run.end_round(state, step.round, incident):
+        if incident is None:
+            return
+        ended = self.run.end_round(state, step.round, incident)
+        if ended:
+            self._catch_up(ended)
+        else:
             self._view.wait_for_change(state.revision, timeout=0.2)  # type: ignore[union-attr]
+
+    def _catch_up(self, revision: int) -> None:
+        """After our own write that ended a round, decide next on a view that shows it: deciding on the older
+        state would only end the same round again, a read and a failed transaction each time (at 1,024 members
+        the sealer's view can lag its own write by a second)."""
+        if revision and self._view is not None:
+            self._view.wait_for_change(revision - 1, timeout=OWN_WRITE_WAIT_SECONDS)
 
     def _member(self, target: int) -> Member:
         return Member(
@@ -604,7 +623,7 @@ def _gathered(state: JobState) -> frozenset[str]:
     current = state.round
     if current is None or current.sealed:
         return frozenset()
-    return frozenset(m.id for m in state.members.values() if m.target == current.number)
+    return frozenset(m.id for m in gathered_for(state, current))
 
 
 def _first_failure(error: ChildFailedError) -> tuple[int | None, float | None, str | None]:

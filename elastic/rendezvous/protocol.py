@@ -16,7 +16,7 @@ from elastic.policy.bounds import clamp_replicas, round_can_seal
 from elastic.policy.budget import Charge, charge, exhausted_message
 from elastic.policy.exits import Action
 from elastic.policy.incident import Failure, Incident, JobEnd, RoundEnd
-from elastic.rendezvous.state import Closed, JobState, Member, Round
+from elastic.rendezvous.state import Closed, JobState, Member, Round, bucket_mask, bucket_of, bucket_record, in_buckets
 from elastic.store import Delete, JobKeys, ModRevisionIs, Put
 
 
@@ -112,14 +112,14 @@ def join_step(state: JobState, me: str, settings: Settings, quiet_for: float, af
         # A late joiner (or left behind): wait for the next round; the members of this one see us waiting.
         wanted = current.number + 1
         return Wait(None) if mine is not None and mine.target == wanted else Target(wanted)
-    if mine is None or mine.target != current.number:
+    if (mine is None or mine.target != current.number) and not expected_back(current, mine):
         return Target(current.number)
     if not state.roster:
         return Wait(None)  # the sealer seals (docs/design.md §3.20)
-    gathered = [m for m in state.members.values() if m.target == current.number]
+    gathered = gathered_for(state, current)
     if round_can_seal(
         len(gathered), settings.min_nodes, seal_at(state, settings), quiet_for, settings.last_call_seconds,
-        stragglers(state, current, {m.id for m in gathered}),
+        0 if current.expected else None,  # who is coming back is known, and counted in: no last call to wait
     ):
         # At most the desired size: whoever gathered beyond it waits outside the round, warm, as a spare.
         # (Ordered only now: the sealer decides at every join, and most decisions are to wait.)
@@ -128,6 +128,19 @@ def join_step(state: JobState, me: str, settings: Settings, quiet_for: float, af
     if len(gathered) >= settings.min_nodes:
         return Wait(max(settings.last_call_seconds - quiet_for, 0.0))
     return Wait(None)
+
+
+def expected_back(current: Round, member: Member | None) -> bool:
+    """Whether `member` is in the open round without writing its key again: it was in the round before, and
+    the incident that ended it found it alive (`Round.expected`). It still holds its key (a lost lease takes
+    it), and its agent is restarting into this round anyway: re-writing the key would only make every one of
+    N survivors write and the sealer wait for N events before sealing (docs/design.md §3.20)."""
+    return member is not None and member.id in current.expected
+
+
+def gathered_for(state: JobState, current: Round) -> list[Member]:
+    """The members the open round has: those that wrote their key for it, and those it expects back."""
+    return [m for m in state.members.values() if m.target == current.number or expected_back(current, m)]
 
 
 def seal_at(state: JobState, settings: Settings) -> int:
@@ -152,16 +165,6 @@ def spares_waiting(state: JobState) -> int:
     if current is None or not current.sealed:
         return 0
     return sum(1 for m in state.members.values() if m.target > current.number and m.id not in current.members)
-
-
-def stragglers(state: JobState, current: Round, gathered: set[str]) -> int | None:
-    """Members the open round waits for: expected back after the incident, still holding a key, not here yet.
-
-    None when the round expects nobody by name (then only the last call ends the wait).
-    """
-    if not current.expected:
-        return None
-    return sum(1 for m in current.expected if m in state.members and m not in gathered)
 
 
 def rank_order(member: Member, current: Round) -> tuple[int, float, str]:
@@ -291,7 +294,16 @@ def plan_round_end(keys: JobKeys, state: JobState, current: Round, incident: Inc
         # seals as soon as they are all in, without waiting out the last call.
         expected = tuple(sorted({*(m for m in current.members if m in state.members),
                                  *(m.id for m in state.members.values() if m.target > current.number)}))
-    following = Round(current.number + 1, opened_by=incident.reason.value, opened_at=now)
+    if not state.roster:
+        raise ValueError("ending a round takes every member key and rank bucket: read the whole job first")
+    # Who the next round expects goes into the rank buckets, beside the ranks they hold (each member watches
+    # its own): an expected member then knows that it is in the round without writing its key again.
+    expected_by_bucket: dict[int, list[str]] = {}
+    for member_id in expected:
+        expected_by_bucket.setdefault(bucket_of(member_id), []).append(member_id)
+    ranks_by_bucket = in_buckets(current.members)
+    following = Round(current.number + 1, opened_by=incident.reason.value, opened_at=now,
+                      rank_buckets=bucket_mask(expected_by_bucket))
     # A sealer of the round that is not expected back (it stayed silent through the incident: a node lost
     # before its lease ran out) would leave the next round unsealed until its lease lapsed: depose it, and
     # the members campaign again (docs/design.md §3.20).
@@ -299,12 +311,12 @@ def plan_round_end(keys: JobKeys, state: JobState, current: Round, incident: Inc
         state.sealer not in expected)
     ops: list[Put | Delete] = [
         Put.json(keys.round, following.to_json(), lease),
-        *([Put.json(keys.expected(following.number), list(expected), lease)] if expected else []),
+        *(Put.json(keys.rank_bucket(b), bucket_record(current.number, ranks_by_bucket.get(b, {}), ids), lease)
+          for b, ids in sorted(expected_by_bucket.items())),
         *([Delete(keys.sealer)] if silent_sealer else []),
         Delete(keys.store(current.number), prefix=True),
         Delete(keys.incidents(current.number), prefix=True),
         Delete(keys.alive(current.number), prefix=True),
-        Delete(keys.expected(current.number)),
     ]
     compares = [ModRevisionIs(keys.round, current.mod_revision)]
     cost = plan_cost(keys, state, current.number, incident, now)

@@ -26,6 +26,7 @@ from elastic.rendezvous.state import (
     Round,
     bucket_mask,
     bucket_of,
+    bucket_record,
     in_buckets,
     read_by_protocol,
 )
@@ -191,7 +192,7 @@ class JobRun:
                    UnchangedSince(self.keys.members_prefix, state.revision)]
         ops: list[Put | Delete] = [
             Put.json(self.keys.round, sealed.to_json(), lease),
-            *(Put.json(self.keys.rank_bucket(b), {"round": current.number, "ranks": part}, lease)
+            *(Put.json(self.keys.rank_bucket(b), bucket_record(current.number, part), lease)
               for b, part in buckets.items()),
         ]
         result = self.store.txn(compare, ops)
@@ -205,19 +206,20 @@ class JobRun:
 
     # --- ending rounds ---
 
-    def end_round(self, state: JobState, current: Round, incident: Incident) -> bool:
+    def end_round(self, state: JobState, current: Round, incident: Incident) -> int:
         """Perform `plan_round_end`: one transaction ends `current`, charging or closing per the incident.
 
-        Returns False when `current` was no longer the current round (someone else ended it first): then
-        nothing is charged, which is what makes one incident cost one charge.
+        Returns the revision at which it ended, 0 when `current` was no longer the current round (someone
+        else ended it first): then nothing is charged, which is what makes one incident cost one charge.
         """
         plan = plan_round_end(self.keys, state, current, incident, time.time())
-        ended = self.store.txn(list(plan.compares), list(plan.ops)).succeeded
-        if ended:
+        result = self.store.txn(list(plan.compares), list(plan.ops))
+        if result.succeeded:
             log.info("round %d ended: %s (%s)", current.number, incident.reason.value, incident.action.value)
-        elif plan.close_anyway is not None:
+            return result.revision
+        if plan.close_anyway is not None:
             self.close(state, plan.close_anyway)
-        return ended
+        return 0
 
     def cost_after_end(self, state: JobState, round_number: int, incident: Incident) -> None:
         """Perform `plan_cost` for a round that already ended: charge (or close for) an incident of it that

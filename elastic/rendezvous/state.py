@@ -28,7 +28,6 @@ from elastic.codec import (
     RunRecord,
     SealerRecord,
     decode_budget,
-    decode_expected,
     decode_model,
     decode_spec,
 )
@@ -92,6 +91,16 @@ def in_buckets(ranks: dict[str, int]) -> dict[int, dict[str, int]]:
     return split
 
 
+def bucket_record(round_number: int, ranks: dict[str, int], expected: Iterable[str] = ()) -> dict[str, Any]:
+    """One rank bucket's value (`RankBucketRecord`): a round's ranks of this bucket's members, and those of them
+    the round after it expects back (written by the transaction that ends the round)."""
+    record: dict[str, Any] = {"round": round_number, "ranks": ranks}
+    expected = sorted(expected)
+    if expected:
+        record["expected"] = expected
+    return record
+
+
 def bucket_mask(buckets: Iterable[int]) -> int:
     """The round record's note of which buckets its seal wrote (bit b: bucket b)."""
     return sum(1 << b for b in set(buckets))
@@ -102,9 +111,10 @@ class Round:
     """One round: open (members gather) or sealed (ranks fixed, training runs).
 
     The record itself stays small whatever the job's size (number, sealed, world size): the ranks live in
-    bucket keys written by the sealing transaction, and what an open round expects in a key of its own
-    (docs/design.md §3.20). `members`, `previous` and `expected` are assembled from those keys on a full read
-    (the sealer, the controller, the CLI); a member's own read holds only its own bucket of `members`.
+    bucket keys written by the sealing transaction, and what an open round expects in the same buckets, by the
+    transaction that opened it (docs/design.md §3.20). `members`, `previous` and `expected` are assembled from
+    those keys on a full read (the sealer, the controller, the CLI); a member's own read holds only its own
+    bucket of each.
     """
 
     number: int
@@ -114,13 +124,16 @@ class Round:
     opened_by: str = "Start"  # why the round before ended (Start, WorkerFailure, MemberLost, ScaleUp, ...)
     opened_at: float = 0.0
     sealed_at: float | None = None
-    # Members of the round before that were heard from during its incident (reported a failure or answered
-    # a peer's report), hence alive and restarting: once those still holding a key are back, nobody else is
-    # coming from that restart and the round need not wait out the last call (empty: no such knowledge).
+    # Members of the round before that the incident found alive (they reported a failure or answered a peer's
+    # report; after a silent loss, every member still holding a key), and a scale-up's newcomers: they are in
+    # this round without writing their keys again, and nobody else is coming from that restart, so the round
+    # need not wait out the last call (empty: no such knowledge). Written into the rank buckets by the
+    # transaction that ended the round before: each member reads its own (docs/design.md §3.20).
     expected: tuple[str, ...] = ()
     size: int = 0  # the sealed round's world size, as recorded (its `members` may be one bucket of it)
-    # Which rank buckets its seal wrote (`bucket_mask`): a member whose bit is clear is not in the round, and
-    # one whose bit is set knows that its bucket's event of the same revision is on its way.
+    # Which rank buckets its seal (or, open, the end of the round before) wrote (`bucket_mask`): a member whose
+    # bit is clear is not in the sealed round, or not expected in the open one; one whose bit is set knows that
+    # its bucket's event of the same revision is on its way.
     rank_buckets: int = 0
     mod_revision: int = 0
 
@@ -140,7 +153,9 @@ class Round:
             "opened_at": self.opened_at,
         }
         if self.sealed:
-            data.update(world_size=self.world_size, sealed_at=self.sealed_at, rank_buckets=self.rank_buckets)
+            data.update(world_size=self.world_size, sealed_at=self.sealed_at)
+        if self.rank_buckets:
+            data.update(rank_buckets=self.rank_buckets)
         return data
 
     @classmethod
@@ -269,8 +284,7 @@ class _Parser:
         elif key.startswith(keys.ranks_prefix):
             bucket = decode_model(RankBucketRecord, key, value)
             self.ranks.setdefault(str(bucket.round), {}).update(bucket.ranks)
-        elif key.startswith(keys.expected_prefix):
-            self.expected[key[len(keys.expected_prefix) :]] = decode_expected(key, value)
+            self.expected.setdefault(str(bucket.round + 1), []).extend(bucket.expected)
         elif key == keys.round:
             self.fields["round"] = Round.decode(entry)
         elif key == keys.sealer:
@@ -302,7 +316,7 @@ class _Parser:
                 rnd,
                 members=self.ranks.get(current, {}) if rnd.sealed else {},
                 previous=self.ranks.get(str(rnd.number - 1), {}),
-                expected=tuple(self.expected.get(current, ())),
+                expected=tuple(sorted(self.expected.get(current, ()))),
             )
         failures = {m: f for m, (r, f) in self.reports.items() if r == current}
         alive = frozenset(m for r, m in self.answers if r == current)

@@ -189,6 +189,9 @@ class JobView:
                     if events is not self._events:
                         continue  # widened meanwhile: the new read holds all of it
                     for e in applied:
+                        held = self._entries.get(e.key)
+                        if held is not None and e.revision < held.mod_revision:
+                            continue  # older than what a read (`_hold_for_own_rank`) already gave us
                         decides = self._put(e.key, None if e.kind == "delete" else _entry(e))
                         self._revision = max(self._revision, e.revision)
                         deciding = deciding or decides
@@ -207,41 +210,48 @@ class JobView:
             self._on_change()
 
     def _hold_for_own_rank(self, events: queue.Queue[WatchEvent | BaseException], batch: list[Any]) -> None:
-        """Nobody may see its round sealed without its own rank (it would conclude that it was left out): the
-        seal writes the round and this member's bucket at one revision, but they come on two watches, in either
-        order. While the batch holds a seal that wrote our bucket and not yet the bucket, wait for it (a moment:
-        the same stream carries it), else read it."""
+        """Nobody may see its round sealed without its own rank (it would conclude that it was left out), nor a
+        round opened without whether it is expected back (it would write its key again, and hold up the seal),
+        nor its bucket of a round whose record it has not seen yet (a seal following at once the end of the
+        round before: the new ranks beside the old, open round record). Every write of our bucket is a write
+        of the round record in the same transaction, but the two come on two watches, in either order. While
+        the batch holds one without the other, wait for it (a moment: the same stream carries it), else read
+        both."""
         deadline = time.monotonic() + OWN_RANK_WAIT_SECONDS
-        while self._own_rank_missing(batch):
+        while self._out_of_step(batch):
             try:
                 batch.append(events.get(timeout=max(deadline - time.monotonic(), 0.0)))
             except queue.Empty:
                 assert self.member is not None
-                key = self.run.keys.rank_bucket(bucket_of(self.member))
-                entry = self.run.store.get(key)
-                read = WatchEvent("delete", key, b"", 0) if entry is None else _event(entry)
-                batch.append(read)
+                keys = (self.run.keys.round, self.run.keys.rank_bucket(bucket_of(self.member)))
+                entries, revision = self.run.store.get_ranges([(key, key + "\0") for key in keys])
+                read = {e.key: _event(e) for e in entries}
+                batch.extend(read.get(key, WatchEvent("delete", key, b"", revision)) for key in keys)
                 return
 
-    def _own_rank_missing(self, batch: list[Any]) -> bool:
+    def _out_of_step(self, batch: list[Any]) -> bool:
+        """Whether applying `batch` would show the round record and this member's bucket at two different
+        transactions' writes of them (see `_hold_for_own_rank`)."""
         if self._whole or self.member is None or any(isinstance(e, BaseException) or e is _WAKE_UP for e in batch):
             return False
         keys = self.run.keys
+        bucket = bucket_of(self.member)
+        bucket_key = keys.rank_bucket(bucket)
         rounds = [e for e in batch if e.key == keys.round]
+        with self._changed:
+            held_round, held_bucket = self._entries.get(keys.round), self._entries.get(bucket_key)
+        round_revision = rounds[-1].revision if rounds else held_round.mod_revision if held_round else 0
+        bucket_revision = max([e.revision for e in batch if e.key == bucket_key]
+                              + [held_bucket.mod_revision if held_bucket else 0])
+        if bucket_revision > round_revision:
+            return True  # our bucket moved with a round record still on its way
         if not rounds or rounds[-1].kind == "delete":
             return False
         try:
             current = Round.decode(_entry(rounds[-1]))
         except CorruptValueError:
             return False  # the state reports the bad record
-        bucket = bucket_of(self.member)
-        if not current.sealed or not current.wrote_bucket(bucket):
-            return False
-        key = keys.rank_bucket(bucket)
-        seen = [e.revision for e in batch if e.key == key]
-        with self._changed:
-            held = self._entries.get(key)
-        return max([*seen, held.mod_revision if held else 0]) < rounds[-1].revision
+        return current.wrote_bucket(bucket) and bucket_revision < round_revision
 
     @property
     def revision(self) -> int:

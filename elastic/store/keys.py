@@ -78,14 +78,6 @@ class JobKeys:
     def ranks_prefix(self) -> str:
         return self.membership_prefix + "ranks/"
 
-    def expected(self, round_number: int) -> str:
-        """The members an open round waits for by name (see `Round.expected`)."""
-        return f"{self.expected_prefix}{round_number}"
-
-    @functools.cached_property
-    def expected_prefix(self) -> str:
-        return self.membership_prefix + "expected/"
-
     @functools.cached_property
     def sealer(self) -> str:
         """The member that seals rounds and watches the member keys, on its member lease (docs/design.md §3.20)."""

@@ -56,7 +56,7 @@ CASES = [
     ("membership/ranks/0", '{"round":0,"ranks":{"m1":4294967296}}'),
     ("membership/ranks/0", '["m1"]'),
     ("membership/ranks/0", '{"m1":0}'),
-    ("membership/expected/0", '{"m1":0}'),
+    ("membership/ranks/0", '{"round":0,"ranks":{},"expected":"m1"}'),
     ("sealer", '{"member":7}'),
     ("round", '{"round":0,"sealed":true,"world_size":1,"rank_buckets":281474976710656}'),
     ("round", '{"round":1,"opened_at":1e300}'),

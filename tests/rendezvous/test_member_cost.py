@@ -17,6 +17,7 @@ from elastic.rendezvous.config import RendezvousConfig
 from elastic.rendezvous.handler import EtcdV3RendezvousHandler
 from elastic.rendezvous.run import JobRun
 from elastic.store import JobKeys, Store
+from harness.agents import wait_until
 
 
 class CountingStore(Store):
@@ -70,3 +71,41 @@ def test_a_members_cost_of_a_round_is_the_same_at_64_members_as_at_8(etcd_server
         assert events <= most[2] + 1, (events, most, "a member's watch events grew with the job")
         # one bucket of ranks (at most ~64 members of ~40 bytes) and a few small records, whatever the size
         assert received < 8 * 1024, received
+
+
+def test_survivors_of_a_silent_loss_are_in_the_next_round_without_writing_their_keys(etcd_server) -> None:
+    """The transaction that ends the round on a loss names the survivors in their rank buckets (each member
+    watches its own): they are in the next round as they stand, so N survivors make no N writes and the
+    sealer waits for no N events before it seals (docs/design.md §3.20)."""
+    url, n = etcd_server.client_url, 5
+    params = RendezvousParameters("etcd-v3", url, "silent-loss", n - 1, n, local_addr="127.0.0.1",
+                                  job="default/silent-loss", lease_seconds=30, last_call_seconds=30)
+    handlers = [EtcdV3RendezvousHandler(RendezvousConfig.from_parameters(params), store=CountingStore(url))
+                for _ in range(n)]
+    keys = JobKeys("default", "silent-loss")
+    try:
+        with ThreadPoolExecutor(n) as pool:
+            first = {h.member_id: info.rank for h, info in
+                     zip(handlers, pool.map(lambda h: h.next_rendezvous(), handlers, timeout=120), strict=True)}
+            sealer = next(h for h in handlers if h._view.whole)
+            lost = next(h for h in handlers if h is not sealer)
+            survivors = [h for h in handlers if h is not lost]
+            written = {h.member_id: h.store.get(keys.member(h.member_id)).mod_revision for h in survivors}
+            lost.store.revoke(lost._member_lease.lease_id)  # its lease lapses: nobody reports anything
+            lost._member_lease.stop()
+
+            def rejoin(handler: EtcdV3RendezvousHandler) -> Any:
+                # as the in-place agent does: rendezvous again once the handler says the round changed
+                assert wait_until(lambda: handler.num_nodes_waiting() > 0, 30), "the loss was never seen"
+                return handler.next_rendezvous()
+
+            again = dict(zip([h.member_id for h in survivors], pool.map(rejoin, survivors, timeout=120), strict=True))
+        assert sorted(info.rank for info in again.values()) == list(range(n - 1))
+        assert all(info.world_size == n - 1 for info in again.values())
+        kept = sorted(again, key=lambda member: again[member].rank)
+        assert kept == sorted(kept, key=first.__getitem__), "survivors keep their relative order"
+        rewritten = {m for m in written if sealer.store.get(keys.member(m)).mod_revision != written[m]}
+        assert not rewritten, f"survivors wrote their member keys again: {rewritten}"
+    finally:
+        for handler in handlers:
+            handler.shutdown()

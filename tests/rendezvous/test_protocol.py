@@ -27,7 +27,7 @@ from elastic.rendezvous.protocol import (
     plan_round_end,
     spares_waiting,
 )
-from elastic.rendezvous.state import Closed, Departure, JobState, Member, Round
+from elastic.rendezvous.state import Closed, Departure, JobState, Member, Round, bucket_mask, bucket_of
 from elastic.spec import parse_job
 from elastic.store import Delete, JobKeys, dumps
 
@@ -102,8 +102,14 @@ AFTER_FAILURE_CASES = [
     ("every member heard from is back: seal at once, the silent one is not waited for",
      state(AFTER_FAILURE, m("a", 1), m("b", 1), m("c", 0)), "a", 0.0,
      Seal(AFTER_FAILURE, {"a": 0, "b": 1})),
-    ("a member heard from is not back yet: wait out the last call for it",
-     state(AFTER_FAILURE, m("a", 1), m("b", 0), m("c", 0)), "a", 0.5, Wait(1.5)),
+    ("a member heard from is in without writing its key again: the sealer seals as the round opens",
+     state(AFTER_FAILURE, m("a", 0), m("b", 0), m("c", 0)), "a", 0.0, Seal(AFTER_FAILURE, {"a": 0, "b": 1})),
+    ("a member heard from that wrote its key again all the same is in once",
+     state(AFTER_FAILURE, m("a", 1), m("b", 0), m("c", 0)), "a", 0.0, Seal(AFTER_FAILURE, {"a": 0, "b": 1})),
+    ("a member expected back waits for the sealer without writing its key",
+     follower(state(AFTER_FAILURE, m("b", 0))), "b", 0.0, Wait(None)),
+    ("a member the round does not expect (silent through the incident) writes its key to join it",
+     follower(state(AFTER_FAILURE, m("c", 0))), "c", 0.0, Target(1)),
     ("a member heard from whose key is gone (it gave up) is not waited for",
      state(AFTER_FAILURE, m("a", 1)), "a", 0.0, Seal(AFTER_FAILURE, {"a": 0})),
     ("a newcomer already waiting joins the same round",
@@ -116,6 +122,14 @@ AFTER_FAILURE_CASES = [
                          ids=[c[0] for c in AFTER_FAILURE_CASES])
 def test_join_step_after_a_failure(st, me, quiet, expected) -> None:
     assert join_step(st, me, SETTINGS_1, quiet, 0) == expected
+
+
+def test_below_min_the_members_expected_back_wait_for_more_like_any_others() -> None:
+    st = state(AFTER_FAILURE, m("a", 0), m("b", 0))
+    assert join_step(st, "a", Settings(min_nodes=3, max_nodes=4, last_call_seconds=2.0), 60.0, 0) == Wait(None)
+    assert join_step(dataclasses.replace(st, members={**st.members, "n": m("n", 1)}), "a",
+                     Settings(min_nodes=3, max_nodes=4, last_call_seconds=2.0), 0.0, 0) == Seal(
+        AFTER_FAILURE, {"a": 0, "b": 1, "n": 2}), "a newcomer brings it to min: who was expected is in, no last call"
 
 
 def test_survivors_keep_their_order_and_newcomers_follow_by_arrival() -> None:
@@ -256,10 +270,16 @@ def test_a_scale_up_expects_every_member_and_newcomer_so_it_seals_without_the_la
     state = JobState(round=sealed, members={"a": m("a", 3), "b": m("b", 3), "n": m("n", 4)}, job_lease=1)
     plan = plan_round_end(keys, state, sealed, incident_of(RoundEnd.SCALE_UP, None), 100.0)
     following = next(op for op in plan.ops if getattr(op, "key", None) == keys.round)
-    assert json.loads(following.value) == {"round": 4, "sealed": False, "opened_by": "ScaleUp", "opened_at": 100.0}, \
-        "the round record stays small: what it expects is a key of its own"
-    expected = next(op for op in plan.ops if getattr(op, "key", None) == keys.expected(4))
-    assert json.loads(expected.value) == ["a", "b", "n"]
+    buckets = {bucket_of(i) for i in "abn"}
+    assert json.loads(following.value) == {"round": 4, "sealed": False, "opened_by": "ScaleUp", "opened_at": 100.0,
+                                           "rank_buckets": bucket_mask(buckets)}, \
+        "the round record stays small: who it expects is in the rank buckets, each member's in its own"
+    written = {op.key: json.loads(op.value) for op in plan.ops if getattr(op, "key", "").startswith(keys.ranks_prefix)}
+    assert set(written) == {keys.rank_bucket(b) for b in buckets}
+    assert sorted(e for record in written.values() for e in record.get("expected", [])) == ["a", "b", "n"]
+    assert {m: r for record in written.values() for m, r in record["ranks"].items()} == {"a": 0, "b": 1}, \
+        "the buckets keep the ended round's ranks: the next round's survivors keep their order"
+    assert all(record["round"] == 3 for record in written.values())
     after = Round(4, previous=sealed.members, opened_by="ScaleUp", expected=("a", "b", "n"))
     back = JobState(round=after, members={i: m(i, 4) for i in "abn"})
     assert join_step(back, "a", Settings(min_nodes=1, max_nodes=4, last_call_seconds=30.0), 0.0, None) == Seal(
