@@ -60,6 +60,8 @@ def test_scale_runs_with_four_members(tmp_path: Path) -> None:
     # the member lost is noticed through its lapsed lease (2 s, from its last keep-alive, sent every 2/3 s at
     # most: 4/3 s after its death at the earliest), and the 3 others go on
     assert 2.0 * 2 / 3 - 0.1 <= float(member["loss_to_next_round_s"]) < 30, member
+    # the round's end is read from the next round's record: after the loss, before every survivor's rank
+    assert 0 <= float(member["loss_ranked_after_round_end_s"]) < float(member["loss_to_next_round_s"]), member
     assert (tmp_path / "scale_runs.csv").exists()
 
 
