@@ -296,6 +296,9 @@ def plan_round_end(keys: JobKeys, state: JobState, current: Round, incident: Inc
                                  *(m.id for m in state.members.values() if m.target > current.number)}))
     if not state.roster:
         raise ValueError("ending a round takes every member key and rank bucket: read the whole job first")
+    # A member whose workers all exited 0 in this round is finishing, not restarting: counted in, it would
+    # hold a place its agent never takes.
+    expected = tuple(m for m in expected if state.done.get(m) != current.number)
     # Who the next round expects goes into the rank buckets, beside the ranks they hold (each member watches
     # its own): an expected member then knows that it is in the round without writing its key again.
     expected_by_bucket: dict[int, list[str]] = {}

@@ -264,6 +264,16 @@ def test_the_round_a_lost_member_ends_takes_the_spare_in_at_once() -> None:
     assert join_step(back, "c", SPARE_SETTINGS, 0.0, None) == Seal(after_loss, {"a": 0, "c": 1})
 
 
+def test_a_member_whose_workers_finished_is_not_expected_back() -> None:
+    keys = JobKeys("default", "j")
+    sealed = Round(3, sealed=True, members={"a": 0, "b": 1, "c": 2}, mod_revision=7)
+    state = JobState(round=sealed, members={i: m(i, 3) for i in "abc"}, job_lease=1, done={"b": 3, "c": 2})
+    plan = plan_round_end(keys, state, sealed, incident_of(RoundEnd.MEMBER_LOST, None), 100.0)
+    written = [json.loads(op.value) for op in plan.ops if getattr(op, "key", "").startswith(keys.ranks_prefix)]
+    assert sorted(e for record in written for e in record.get("expected", [])) == ["a", "c"], \
+        "b finished in this round (its agent is leaving); c's done is of an older round"
+
+
 def test_a_scale_up_expects_every_member_and_newcomer_so_it_seals_without_the_last_call() -> None:
     keys = JobKeys("default", "j")
     sealed = Round(3, sealed=True, members={"a": 0, "b": 1}, mod_revision=7)
