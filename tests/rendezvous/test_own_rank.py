@@ -80,10 +80,11 @@ def test_a_bucket_ahead_of_its_round_record_is_held_until_the_record_comes(membe
     round record (the member would take itself for not expected, and write its key again)."""
     view, keys = member_view
     bucket = keys.rank_bucket(bucket_of(MEMBER))
-    batch: list[Any] = [_event(bucket, {"round": 2, "ranks": {MEMBER: 0}}, 60)]
+    sealed_at = view.revision + 5  # after the round record the view holds (the session's etcd is shared)
+    batch: list[Any] = [_event(bucket, {"round": 2, "ranks": {MEMBER: 0}}, sealed_at)]
     later: queue.Queue[Any] = queue.Queue()
     later.put(_event(keys.round, Round(2, sealed=True, size=1, rank_buckets=bucket_mask([bucket_of(MEMBER)])).to_json(),
-                     60))
+                     sealed_at))
     view._hold_for_own_rank(later, batch)
     assert [e.key for e in batch] == [bucket, keys.round]
 
