@@ -283,6 +283,8 @@ def plan_round_end(keys: JobKeys, state: JobState, current: Round, incident: Inc
     The transaction compares the round's mod revision, which makes one incident cost one charge however many
     observers race to report it; the budget's revision too when it is charged.
     """
+    if not state.roster:
+        raise ValueError("ending a round takes every member key and rank bucket: read the whole job first")
     lease = state.job_lease
     expected = tuple(sorted(m for m in state.heard_from() if m in current.members and m in state.members))
     if not expected and incident.reason is RoundEnd.MEMBER_LOST:
@@ -294,8 +296,6 @@ def plan_round_end(keys: JobKeys, state: JobState, current: Round, incident: Inc
         # seals as soon as they are all in, without waiting out the last call.
         expected = tuple(sorted({*(m for m in current.members if m in state.members),
                                  *(m.id for m in state.members.values() if m.target > current.number)}))
-    if not state.roster:
-        raise ValueError("ending a round takes every member key and rank bucket: read the whole job first")
     # A member whose workers all exited 0 in this round is finishing, not restarting: counted in, it would
     # hold a place its agent never takes.
     expected = tuple(m for m in expected if state.done.get(m) != current.number)
