@@ -309,15 +309,16 @@ def _ranked(results: list[Any], n: int, start: float, timeout: float) -> tuple[f
 
 
 def _round_opened_at(etcd_url: str, run_id: str) -> Callable[[], float | None]:
-    """When the job's current round opened (its record's `opened_at`), as a function to call later."""
-    from elastic.rendezvous.run import JobRun
+    """When the job's current round opened (its record's `opened_at`), as a function to call later: one key,
+    not the job's whole prefix (1,024 member keys)."""
+    from elastic.rendezvous.state import Round
     from elastic.spec.names import job_name_for
     from elastic.store import JobKeys, Store
 
     def opened_at() -> float | None:
         with Store(etcd_url) as store:
-            current = JobRun(store, JobKeys("default", job_name_for(run_id))).read().round
-        return current.opened_at if current is not None else None
+            entry = store.get(JobKeys("default", job_name_for(run_id)).round)
+        return Round.decode(entry).opened_at if entry is not None else None
 
     return opened_at
 
@@ -457,9 +458,9 @@ def per_member_report(sizes: list[int], rows: list[Measurement]) -> tuple[list[s
                for name in ("requests", "events", "bytes_read")}  # fmt: skip
         loss_s = common.Summary.of([r.seconds for r in losses]).median
         # the target's reading: from the last member's join (its member key written) to every member ranked
-        settle = common.Summary.of([_after_last_join(m.seconds, m.joined) for m in mine]).median
+        settle = common.Summary.of([_seconds_after(m.seconds, m.joined) for m in mine]).median
         # the issue's reading of a loss: the round ends within the lease, and survivors are ranked within 2 s
-        loss_settle = common.Summary.of([_after_last_join(r.seconds, r.ended) for r in losses]).median
+        loss_settle = common.Summary.of([_seconds_after(r.seconds, r.ended) for r in losses]).median
         loss = {name: common.Summary.of([getattr(r, name) / (n - 1) for r in losses if r.seconds is not None]).median
                 for name in ("requests", "events", "bytes_sent")}  # fmt: skip
         table_rows.append((
@@ -485,8 +486,9 @@ def per_member_report(sizes: list[int], rows: list[Measurement]) -> tuple[list[s
     return out, results
 
 
-def _after_last_join(ranked: float | None, joined: float | None) -> float | None:
-    return None if ranked is None or joined is None else ranked - joined
+def _seconds_after(ranked: float | None, mark: float | None) -> float | None:
+    """Seconds from a mark (the last join, a round's end; both from the same start) to every member ranked."""
+    return None if ranked is None or mark is None else ranked - mark
 
 
 def _seconds(value: float) -> str:
