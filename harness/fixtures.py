@@ -83,6 +83,10 @@ class Certificates:
     client_cert: Path
     client_key: Path
     other_ca_cert: Path
+    # A client certificate with no CommonName: what a training process shows etcd's HTTP gateway, which refuses
+    # a certificate that names a user (etcd cannot take the user from it there; the password names it).
+    gateway_client_cert: Path
+    gateway_client_key: Path
 
     def client_auth(self, **overrides: str | None) -> EtcdAuth:
         """Settings of a client that trusts the CA and shows the client certificate."""
@@ -110,7 +114,7 @@ def _certificate(
     now = datetime.datetime.now(datetime.timezone.utc)
     builder = (
         x509.CertificateBuilder()
-        .subject_name(_name(subject))
+        .subject_name(_name(subject) if subject else x509.Name([]))
         .issuer_name(issuer[0] if issuer else _name(subject))
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
@@ -119,11 +123,17 @@ def _certificate(
         .add_extension(x509.BasicConstraints(ca=issuer is None, path_length=None), critical=True)
     )
     if usage is not None:
-        builder = builder.add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+        builder = builder.add_extension(x509.ExtendedKeyUsage(_usages(usage)), critical=False)
     if usage == ExtendedKeyUsageOID.SERVER_AUTH:
         names = [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
         builder = builder.add_extension(x509.SubjectAlternativeName(names), critical=False)
     return builder.sign(issuer[1] if issuer else key, hashes.SHA256())
+
+
+def _usages(usage: x509.ObjectIdentifier) -> list[x509.ObjectIdentifier]:
+    """A server certificate is a client one too: etcd's HTTP gateway forwards each request to etcd itself
+    over TLS with the server's certificate (the training process talks to etcd through that gateway)."""
+    return [usage, ExtendedKeyUsageOID.CLIENT_AUTH] if usage == ExtendedKeyUsageOID.SERVER_AUTH else [usage]
 
 
 def make_certificates(directory: Path, client_name: str = "client") -> Certificates:
@@ -139,7 +149,10 @@ def make_certificates(directory: Path, client_name: str = "client") -> Certifica
     client = _write(directory, "client",
                     _certificate(client_name, client_key, issuer, ExtendedKeyUsageOID.CLIENT_AUTH), client_key)
     other_ca, _ = _write(directory, "other-ca", _certificate("another-ca", other_key, None), other_key)
-    return Certificates(ca_cert, *server, *client, other_ca)
+    gateway_key = ec.generate_private_key(ec.SECP256R1())
+    gateway_client = _write(directory, "gateway-client",
+                            _certificate("", gateway_key, issuer, ExtendedKeyUsageOID.CLIENT_AUTH), gateway_key)
+    return Certificates(ca_cert, *server, *client, other_ca, *gateway_client)
 
 
 def tls_etcd(certs: Certificates, data_dir: Path, binary: Path | None = None) -> EtcdServer:

@@ -15,12 +15,12 @@ from datetime import timedelta
 import torch.distributed as dist
 
 from elastic.rendezvous.view import JobView
-from elastic.store import ModRevisionIs, Put, Store
+from elastic.store import ModRevisionIs, Put, StoreBase
 
 
 class EtcdAgentStore(dist.Store):
     def __init__(
-        self, store: Store, prefix: str, lease: int | None, view: JobView,
+        self, store: StoreBase, prefix: str, lease: int | None, view: JobView,
         still_valid: Callable[[], bool] | None = None,
     ) -> None:
         """`still_valid`: checked while waiting for keys; once False the wait fails at once (in-place

@@ -31,7 +31,7 @@ from elastic.rendezvous.state import (
     read_by_protocol,
 )
 from elastic.spec import RestartPolicy, Rule
-from elastic.store import Delete, JobKeys, ModRevisionIs, Put, Store, TxnResult, UnchangedSince, dumps
+from elastic.store import Delete, JobKeys, ModRevisionIs, Put, StoreBase, TxnResult, UnchangedSince, dumps
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +51,7 @@ class RunIdMismatchError(PermanentError):
 class JobRun:
     """One job's keys in etcd, with the transactions of the round protocol."""
 
-    def __init__(self, store: Store, keys: JobKeys) -> None:
+    def __init__(self, store: StoreBase, keys: JobKeys) -> None:
         self.store = store
         self.keys = keys
 

@@ -13,11 +13,13 @@ import ssl
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-
-import grpc
+from typing import TYPE_CHECKING
 
 from elastic.errors import StoreUnavailableError
 from elastic.store.endpoints import EndpointAddress
+
+if TYPE_CHECKING:
+    import grpc
 
 # The environment variable, the `elastic` flag and the --rdzv-conf key of each setting.
 ENV_VARS = {
@@ -116,7 +118,17 @@ class EtcdAuth:
     def channel_credentials(self) -> grpc.ChannelCredentials:
         """gRPC TLS credentials; without a CA file, the system's trusted CAs verify etcd (like etcdctl)."""
 
+        import grpc  # here, not above: a training process reads these settings and must not import gRPC
+
         def read(path: str | None) -> bytes | None:
             return Path(path).read_bytes() if path else None
 
         return grpc.ssl_channel_credentials(read(self.ca_cert), read(self.key), read(self.cert))
+
+    def ssl_context(self) -> ssl.SSLContext:
+        """The same TLS settings for an HTTPS connection (the gateway): etcd's certificate checked against the
+        CA file, or the system's CAs without one, and this client's certificate where one is set."""
+        context = ssl.create_default_context(cafile=self.ca_cert)
+        if self.cert:
+            context.load_cert_chain(self.cert, self.key)
+        return context

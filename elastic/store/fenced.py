@@ -18,7 +18,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from elastic.errors import NotLeaderError
-from elastic.store.client import Compare, Delete, ModRevisionIs, Op, Put, Store, TxnResult, dumps
+from elastic.store.client import Store
+from elastic.store.ops import Compare, Delete, ModRevisionIs, Op, Put, TxnResult, dumps
 
 
 class FencedStore(Store):

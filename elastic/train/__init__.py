@@ -8,16 +8,13 @@
                 session.commit()
             optimizer.zero_grad()
 
-A session keeps an etcd watch (gRPC threads) in the training process, and training scripts fork
-(DataLoader workers, `multiprocessing.Pool`, ...). gRPC makes a fork safe only with its fork support on:
-its threads pause at a safe point for the fork, and the child gets the parent's channels closed instead of
-half-copied ones that abort when touched. It is read once, when gRPC is first imported, so it is set here,
-before anything below imports gRPC (unless the user set it: theirs is kept).
+Training scripts fork (DataLoader workers, `multiprocessing.Pool`, `subprocess`), so nothing here imports
+gRPC: the session follows its job over etcd's HTTP/JSON gateway on plain sockets (`elastic.store.gateway`),
+which installs no fork handler and holds no lock across I/O. gRPC's fork support, which this module used to
+turn on, left a DataLoader worker waiting forever in gRPC's post-fork handler when a fork met a lock held by
+one of gRPC's threads (issue 44; docs/design.md, "Fork safety"). `tests/inplace/test_fork_safety.py` checks
+that importing this package and running a session imports no gRPC.
 """
-
-import os
-
-os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "true")
 
 from elastic.train.sampler import ElasticSampler
 from elastic.train.session import Session

@@ -12,7 +12,7 @@ import sys
 import time
 
 from elastic.codec import ProgressRecord
-from elastic.store import EtcdAuth, Store
+from elastic.store import EtcdAuth, GatewayStore
 
 PROGRESS_KEY = "ELASTIC_PROGRESS_KEY"
 ENDPOINTS = "ELASTIC_ETCD_ENDPOINTS"
@@ -23,7 +23,7 @@ class ProgressReporter:
     def __init__(self, key: str | None = None, endpoints: str | None = None) -> None:
         self.key = key if key is not None else os.environ.get(PROGRESS_KEY)
         self.endpoints = endpoints if endpoints is not None else os.environ.get(ENDPOINTS)
-        self._store: Store | None = None
+        self._store: GatewayStore | None = None
         self._last = 0.0
         self._warned = False
 
@@ -37,7 +37,7 @@ class ProgressReporter:
         record = ProgressRecord(step=step, loss=loss, world_size=world_size, total=total, at=time.time())
         try:
             if self._store is None:
-                self._store = Store(self.endpoints, timeout=1.0, retry_seconds=1.0, auth=EtcdAuth.from_env())
+                self._store = GatewayStore(self.endpoints, timeout=1.0, retry_seconds=1.0, auth=EtcdAuth.from_env())
             self._store.put(self.key, record.model_dump_json(exclude_none=True))
         except Exception as err:  # any failure: say it once, keep training
             if not self._warned:

@@ -14,7 +14,7 @@ from elastic.rendezvous.agent_store import EtcdAgentStore
 from elastic.rendezvous.run import JobRun
 from elastic.rendezvous.state import JobState
 from elastic.rendezvous.view import JobView
-from elastic.store import Store
+from elastic.store import GatewayStore
 from elastic.train.context import WorkerContext
 
 
@@ -52,7 +52,7 @@ class RoundFollower:
 
     def __init__(self, context: WorkerContext) -> None:
         self.context = context
-        self.store = Store(context.endpoints, auth=context.auth, retry_seconds=15)
+        self.store = GatewayStore(context.endpoints, auth=context.auth, retry_seconds=15)
         # A member's view: the job's keys but the roster, with its agent's bucket of the ranks (§3.20).
         self.view = JobView(JobRun(self.store, context.job), member=context.member)
 

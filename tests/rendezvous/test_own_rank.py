@@ -17,7 +17,7 @@ from elastic.rendezvous.run import JobRun
 from elastic.rendezvous.state import Round, bucket_mask, bucket_of
 from elastic.rendezvous.view import JobView
 from elastic.store import JobKeys, Put, Store
-from elastic.store.client import dumps
+from elastic.store.ops import dumps
 from elastic.store.watch import WatchEvent
 from harness.agents import wait_until
 
