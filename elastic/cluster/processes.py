@@ -13,6 +13,10 @@ import signal
 from collections.abc import Callable
 from pathlib import Path
 
+from elastic.cluster import reaper
+
+REAPER_PATH = str(Path(reaper.__file__).resolve()).encode()
+
 PR_SET_PDEATHSIG = 1
 
 
@@ -64,10 +68,11 @@ def children_of(pid: int) -> list[int]:
 
 def training_processes(agent_pid: int) -> list[int]:
     """An agent's workers: its children, except that an in-place agent's workers are the children of its
-    zygote (a multiprocessing forkserver, itself a child of the agent, beside a resource tracker)."""
+    zygote (a multiprocessing forkserver, itself a child of the agent, beside a resource tracker), and that
+    the agent's reaper (elastic.cluster.reaper) is no worker."""
     result = []
     for child in children_of(agent_pid):
-        helper = _multiprocessing_helper(child)
+        helper = _helper(child)
         if helper == "forkserver":
             result.extend(children_of(child))
         elif helper is None:
@@ -75,8 +80,9 @@ def training_processes(agent_pid: int) -> list[int]:
     return sorted(result)
 
 
-def _multiprocessing_helper(pid: int) -> str | None:
-    """'forkserver' or 'resource_tracker' for the standard library's helper processes, else None."""
+def _helper(pid: int) -> str | None:
+    """'forkserver' or 'resource_tracker' for the standard library's helper processes, 'reaper' for the
+    agent's reaper, else None."""
     try:
         command = Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
@@ -84,6 +90,8 @@ def _multiprocessing_helper(pid: int) -> str | None:
     for helper in ("forkserver", "resource_tracker"):
         if f"from multiprocessing.{helper} import".encode() in command:
             return helper
+    if command.rstrip(b"\0").split(b"\0")[-3:-2] == [REAPER_PATH]:
+        return "reaper"
     return None
 
 

@@ -31,6 +31,7 @@ from torch.distributed.elastic.rendezvous import (
     RendezvousTimeoutError,
 )
 
+from elastic.cluster.reaper import guard_this_agent
 from elastic.codec import CorruptValueError
 from elastic.errors import LeaseLostError, StoreUnavailableError
 from elastic.policy.budget import Charge, amends
@@ -91,6 +92,8 @@ class EtcdV3RendezvousHandler(RendezvousHandler):
         # The controller's worker name leads the id, so that it can tell which member a worker was.
         origin = os.environ.get("ELASTIC_WORKER") or socket.gethostname()
         self.member_id = f"{origin}-{os.getpid()}-{secrets.token_hex(2)}"
+        # Before any worker starts: whoever started this agent (stock torchrun too), its workers end with it.
+        guard_this_agent()
         # A connection of its own is closed when the member leaves: a process that rendezvoused once (a test
         # runner, a launcher) keeps no gRPC stream threads, which would make its later fork()s unsafe for gRPC.
         self._owns_store = store is None
