@@ -46,6 +46,13 @@ def abandon_after(step_seconds: list[float], settings: HangSettings) -> float:
     return max(settings.abandon_after_seconds, 2 * sorted(step_seconds)[len(step_seconds) // 2])
 
 
+def runnable_elapsed(wall_elapsed: float, waited_for_cpu: float) -> float:
+    """How long a step has had to make progress: its wall time less the time this worker spent runnable but
+    waiting for a CPU (a loaded machine slows a step; it does not make it hang). A stopped or deadlocked worker
+    waits for no CPU, so its wall time counts whole (issue 44)."""
+    return max(0.0, wall_elapsed - max(0.0, waited_for_cpu))
+
+
 def verdict(
     elapsed: float, deadline: float | None, in_collective: bool, round_over: bool, settings: HangSettings,
     grace: float | None = None,

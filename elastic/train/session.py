@@ -30,9 +30,10 @@ from typing import Any, TypeVar
 import torch
 import torch.distributed as dist
 
-from elastic.policy.hang import HangSettings, Verdict, abandon_after, step_deadline, verdict
+from elastic.policy.hang import HangSettings, Verdict, abandon_after, runnable_elapsed, step_deadline, verdict
 from elastic.policy.state_source import transfer_plan
 from elastic.train.context import ABANDONED_EXIT, HUNG_EXIT, Heartbeat, Marker, WorkerContext
+from elastic.train.cpu_wait import CpuWait
 from elastic.train.progress import ProgressReporter
 from elastic.train.rng import rng_states, set_rng_states
 from elastic.train.rounds import Assignment, RoundFollower, round_over
@@ -345,20 +346,28 @@ class Session:
             self._activity = previous
 
     def _watchdog(self) -> None:
-        """Turns an overdue step into an exit the agent understands (see `elastic.policy.hang`)."""
+        """Turns an overdue step into an exit the agent understands (see `elastic.policy.hang`). A step's time
+        is its wall time less its threads' waits for a CPU: a starved worker is slow, not stuck (issue 44)."""
+        cpu_wait, measured_since = CpuWait(), None
         while not self._stopped.wait(WATCHDOG_SECONDS):
             kind, since = self._activity
             if kind == "idle" or self.assignment is None:
                 continue
+            if since != measured_since:
+                cpu_wait.restart()  # up to one tick late: a wait before it counts as progress, never as a hang
+                measured_since = since
+            wall = time.monotonic() - since
+            waited = 0.0 if kind == "collective" else cpu_wait.waited()
             over = kind == "collective" and self._round_is_over()
             steps = list(self._step_seconds)
-            decision = verdict(time.monotonic() - since, step_deadline(steps, self._hang), kind == "collective",
-                               over, self._hang, grace=abandon_after(steps, self._hang))
+            decision = verdict(runnable_elapsed(wall, waited), step_deadline(steps, self._hang),
+                               kind == "collective", over, self._hang, grace=abandon_after(steps, self._hang))
             if decision is Verdict.CONTINUE:
                 continue
             code = ABANDONED_EXIT if decision is Verdict.ABANDON else HUNG_EXIT
             what = ("its round ended under a collective that cannot finish" if code == ABANDONED_EXIT
-                    else f"step {self.step} made no progress for {time.monotonic() - since:.1f} s")
+                    else f"step {self.step} made no progress for {wall - waited:.1f} s of its own time "
+                         f"({wall:.1f} s wall, {waited:.1f} s waiting for a CPU)")
             print(f"elastic.train: rank {self.rank} exits ({code}): {what}", file=sys.stderr, flush=True)
             os._exit(code)
 

@@ -8,7 +8,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from elastic.policy.hang import HangSettings, Verdict, abandon_after, frozen, step_deadline, verdict
+from elastic.policy.hang import (
+    HangSettings,
+    Verdict,
+    abandon_after,
+    frozen,
+    runnable_elapsed,
+    step_deadline,
+    verdict,
+)
 from elastic.policy.inplace import (
     ABANDONED_EXIT,
     LOST_PEER_GRACE_SECONDS,
@@ -134,6 +142,22 @@ def test_step_deadline(steps: list[float], expected: float | None) -> None:
 )
 def test_abandon_after(steps: list[float], expected: float) -> None:
     assert abandon_after(steps, SETTINGS) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize(
+    ("wall", "waited", "deadline", "expected"),
+    [
+        pytest.param(30.0, 25.0, 10.0, Verdict.CONTINUE, id="a step starved of CPU for most of its time is slow"),
+        pytest.param(30.0, 0.0, 10.0, Verdict.HUNG, id="a deadlocked step waits for no CPU and hangs"),
+        pytest.param(30.0, 15.0, 10.0, Verdict.HUNG, id="a step past its deadline in its own time hangs"),
+        pytest.param(5.0, 9.0, 10.0, Verdict.CONTINUE, id="more waiting than wall is read as no time of its own"),
+        pytest.param(30.0, -1.0, 10.0, Verdict.HUNG, id="no schedstats (nothing subtracted) is the wall clock"),
+    ],
+)
+def test_a_step_is_judged_by_its_own_time_not_by_a_loaded_machines(
+    wall: float, waited: float, deadline: float, expected: Verdict
+) -> None:
+    assert verdict(runnable_elapsed(wall, waited), deadline, False, False, SETTINGS) is expected
 
 
 def test_a_collective_inside_a_long_grace_is_not_abandoned() -> None:
