@@ -83,10 +83,10 @@ class Certificates:
     client_cert: Path
     client_key: Path
     other_ca_cert: Path
-    # A client certificate with no CommonName: what a training process shows etcd's HTTP gateway, which refuses
-    # a certificate that names a user (etcd cannot take the user from it there; the password names it).
-    gateway_client_cert: Path
-    gateway_client_key: Path
+    # A client certificate whose CommonName names a user: etcd's HTTP gateway, which agents and training
+    # processes talk to, refuses it (the default one above has no CommonName; the password names the user).
+    named_client_cert: Path
+    named_client_key: Path
 
     def client_auth(self, **overrides: str | None) -> EtcdAuth:
         """Settings of a client that trusts the CA and shows the client certificate."""
@@ -136,7 +136,7 @@ def _usages(usage: x509.ObjectIdentifier) -> list[x509.ObjectIdentifier]:
     return [usage, ExtendedKeyUsageOID.CLIENT_AUTH] if usage == ExtendedKeyUsageOID.SERVER_AUTH else [usage]
 
 
-def make_certificates(directory: Path, client_name: str = "client") -> Certificates:
+def make_certificates(directory: Path) -> Certificates:
     """Fresh certificates (EC P-256, valid a week) in `directory`."""
     directory.mkdir(parents=True, exist_ok=True)
     ca_key = ec.generate_private_key(ec.SECP256R1())
@@ -147,12 +147,12 @@ def make_certificates(directory: Path, client_name: str = "client") -> Certifica
     server = _write(directory, "server", _certificate("etcd", server_key, issuer, ExtendedKeyUsageOID.SERVER_AUTH),
                     server_key)
     client = _write(directory, "client",
-                    _certificate(client_name, client_key, issuer, ExtendedKeyUsageOID.CLIENT_AUTH), client_key)
+                    _certificate("", client_key, issuer, ExtendedKeyUsageOID.CLIENT_AUTH), client_key)
     other_ca, _ = _write(directory, "other-ca", _certificate("another-ca", other_key, None), other_key)
-    gateway_key = ec.generate_private_key(ec.SECP256R1())
-    gateway_client = _write(directory, "gateway-client",
-                            _certificate("", gateway_key, issuer, ExtendedKeyUsageOID.CLIENT_AUTH), gateway_key)
-    return Certificates(ca_cert, *server, *client, other_ca, *gateway_client)
+    named_key = ec.generate_private_key(ec.SECP256R1())
+    named_client = _write(directory, "named-client",
+                          _certificate("client", named_key, issuer, ExtendedKeyUsageOID.CLIENT_AUTH), named_key)
+    return Certificates(ca_cert, *server, *client, other_ca, *named_client)
 
 
 def tls_etcd(certs: Certificates, data_dir: Path, binary: Path | None = None) -> EtcdServer:

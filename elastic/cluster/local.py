@@ -28,7 +28,7 @@ from elastic.cluster.processes import agent_of_worker, descendants_of, is_worker
 from elastic.codec import CorruptValueError, WorkerExitRecord, WorkerRecord, decode_model
 from elastic.errors import ElasticError
 from elastic.spec.model import CHECKPOINT_DIR_ENV
-from elastic.store import Delete, EtcdAuth, JobKeys, Put, Store
+from elastic.store import Delete, EtcdAuth, GatewayStore, JobKeys, Put, StoreBase
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +86,7 @@ class _Worker:
 
 
 class LocalProcesses:
-    def __init__(self, store: Store, keys: JobKeys, log_dir: Path, checkpoint_dir: Path) -> None:
+    def __init__(self, store: StoreBase, keys: JobKeys, log_dir: Path, checkpoint_dir: Path) -> None:
         self.store = store
         self.keys = keys
         self.log_dir = log_dir
@@ -260,8 +260,9 @@ def record_own_exit(code: int) -> None:
     if not key or not endpoints:
         return  # not started as a local worker
     try:
-        # The same TLS/auth settings as the agent's rendezvous: the controller passed them in the environment.
-        with Store(endpoints, retry_seconds=3, timeout=2, auth=EtcdAuth.from_env()) as store:
+        # The same TLS/auth settings and wire as the agent's rendezvous: the controller passed them in the
+        # environment; the gateway, because this process may be someone else's that forks.
+        with GatewayStore(endpoints, retry_seconds=3, timeout=2, auth=EtcdAuth.from_env()) as store:
             store.put_json(key, {"exit_code": code, "pid": os.getpid(), "at": time.time()})
     except ElasticError as err:
         log.warning("could not record exit code %d at %s: %s", code, key, err)

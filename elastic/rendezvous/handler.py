@@ -67,7 +67,7 @@ from elastic.rendezvous.run import JobRun, RunClosedError
 from elastic.rendezvous.state import Closed, JobState, Member, Round
 from elastic.rendezvous.view import ChangeSignal, JobView
 from elastic.rendezvous.worker_exits import recorded_error
-from elastic.store import LeaseKeeper, Store, dumps
+from elastic.store import GatewayStore, LeaseKeeper, StoreBase, dumps
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +86,7 @@ class RendezvousStateError(RendezvousError):
 
 
 class EtcdV3RendezvousHandler(RendezvousHandler):
-    def __init__(self, config: RendezvousConfig, store: Store | None = None) -> None:
+    def __init__(self, config: RendezvousConfig, store: StoreBase | None = None) -> None:
         self.config = config
         self.settings = Settings(config.min_nodes, config.max_nodes, config.last_call_seconds, config.spares)
         # The controller's worker name leads the id, so that it can tell which member a worker was.
@@ -94,12 +94,12 @@ class EtcdV3RendezvousHandler(RendezvousHandler):
         self.member_id = f"{origin}-{os.getpid()}-{secrets.token_hex(2)}"
         # Before any worker starts: whoever started this agent (stock torchrun too), its workers end with it.
         guard_this_agent()
-        # A connection of its own is closed when the member leaves: a process that rendezvoused once (a test
-        # runner, a launcher) keeps no gRPC stream threads, which would make its later fork()s unsafe for gRPC.
+        # A connection of its own is on etcd's HTTP gateway, never gRPC: the agent's process may be someone
+        # else's program that forks (torch's test suites fork agents from a process whose handlers never shut
+        # down), and gRPC's threads made those forks abort or hang (issue 44; docs/design.md "Fork safety").
+        # It is closed when the member leaves.
         self._owns_store = store is None
-        self.store = store or Store(
-            config.endpoints, auth=config.auth, retry_seconds=15
-        )
+        self.store = store or GatewayStore(config.endpoints, auth=config.auth, retry_seconds=15)
         self.run = JobRun(self.store, config.job)
         self._view: JobView | None = None
         # Readable whenever the job's keys move: what the in-place agent waits on beside its workers.

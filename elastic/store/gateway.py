@@ -244,6 +244,8 @@ class GatewayStore(StoreBase):
 
     def refresh_once(self, lease_id: int) -> int:
         answer = self._attempt(self._post, "/v3/lease/keepalive", {"ID": str(lease_id)})
+        if "error" in answer:  # the keep-alive is a stream: its errors come in its body
+            raise GatewayUnreachableError(str(answer["error"]))
         return int(answer.get("result", answer).get("TTL", 0))
 
     def revoke(self, lease_id: int) -> None:

@@ -13,16 +13,16 @@ import threading
 import time
 from collections.abc import Callable
 
-import grpc
-
-from elastic.store.client import TRANSIENT_ERRORS, Store, describe_error
+from elastic.store.base import StoreBase
 
 log = logging.getLogger(__name__)
 
-# A keep-alive that failed, for whatever reason etcd or the channel gives, is retried until a whole TTL has
-# passed; never may it end the keeper's thread unseen. An overloaded etcd answers `UNKNOWN: context deadline
-# exceeded`, which pyetcd passes through as a bare gRPC error (seen at 256 members on 2 cores).
-KEEP_ALIVE_ERRORS: tuple[type[BaseException], ...] = (*TRANSIENT_ERRORS, grpc.RpcError)
+
+def keep_alive_errors(store: StoreBase) -> tuple[type[BaseException], ...]:
+    """A keep-alive that failed, for whatever reason etcd or the wire gives, is retried until a whole TTL has
+    passed; never may it end the keeper's thread unseen. An overloaded etcd answers `UNKNOWN: context deadline
+    exceeded`, which pyetcd passes through as a bare gRPC error (seen at 256 members on 2 cores)."""
+    return (*store.transient_errors, *store.refusal_errors)
 
 
 class LeaseKeeper:
@@ -30,7 +30,7 @@ class LeaseKeeper:
 
     def __init__(
         self,
-        store: Store,
+        store: StoreBase,
         lease_id: int,
         ttl: int,
         on_lost: Callable[[str], None] | None = None,
@@ -50,7 +50,7 @@ class LeaseKeeper:
         self._thread = threading.Thread(target=self._run, name=f"lease-{lease_id:x}", daemon=True)
 
     @classmethod
-    def grant(cls, store: Store, ttl: int, on_lost: Callable[[str], None] | None = None) -> LeaseKeeper:
+    def grant(cls, store: StoreBase, ttl: int, on_lost: Callable[[str], None] | None = None) -> LeaseKeeper:
         """Grant a lease and start keeping it alive."""
         keeper = cls(store, store.grant(ttl), ttl, on_lost)
         keeper.start()
@@ -64,14 +64,15 @@ class LeaseKeeper:
         interval = period * random.uniform(0.8, 1.0)  # members started together do not refresh together
         retry = 0.2
         last_ok = time.monotonic()
+        errors = keep_alive_errors(self.store)
         while not self._stop.wait(interval):
             try:
                 remaining = self.store.refresh_once(self.lease_id)
-            except KEEP_ALIVE_ERRORS as err:
+            except errors as err:
                 self.last_failure = time.monotonic()
                 if time.monotonic() - last_ok > self.ttl:
                     self.unreachable = True
-                    self._lose(f"no keep-alive reached etcd for {self.ttl} s ({describe_error(err)})")
+                    self._lose(f"no keep-alive reached etcd for {self.ttl} s ({self.store.describe_error(err)})")
                     return
                 log.debug("lease %x keep-alive failed, will retry: %s", self.lease_id, err)
                 # Back off: when etcd is overloaded, N keepers retrying every 0.2 s only overload it more.

@@ -180,8 +180,7 @@ def test_tls_and_a_per_job_user_reach_their_keys_and_only_them(
 ) -> None:
     job = JobKeys("default", "gateway-tls")
     grant_job_role(secure_etcd, job, "gateway-agent", "gateway-password")
-    anonymous = {"cert": str(certificates.gateway_client_cert), "key": str(certificates.gateway_client_key)}
-    auth = certificates.client_auth(user="gateway-agent", password="gateway-password", **anonymous)
+    auth = certificates.client_auth(user="gateway-agent", password="gateway-password")
     with GatewayStore(secure_etcd.client_url, auth=auth) as store:
         store.put(job.prefix + "a", "1")
         assert store.get(job.prefix + "a").value == b"1"
@@ -191,12 +190,13 @@ def test_tls_and_a_per_job_user_reach_their_keys_and_only_them(
             assert watch.get(timeout=5).key == job.prefix + "b"
         with pytest.raises(StoreAccessError, match=r"permission denied.*has no role"):
             store.put("/elastic/jobs/default/other-job/a", "1")
+    named = {"cert": str(certificates.named_client_cert), "key": str(certificates.named_client_key)}
     with GatewayStore(secure_etcd.client_url, auth=certificates.client_auth(
-            user="gateway-agent", password="gateway-password")) as store, \
+            user="gateway-agent", password="gateway-password", **named)) as store, \
             pytest.raises(StoreAccessError, match="certificate without a CommonName"):
         store.get(job.prefix + "a")  # a certificate naming a user: refused by etcd's gateway, and said why
     wrong_ca = certificates.client_auth(ca_cert=str(certificates.other_ca_cert), user="gateway-agent",
-                                        password="gateway-password", **anonymous)
+                                        password="gateway-password")
     with GatewayStore(secure_etcd.client_url, auth=wrong_ca, retry_seconds=2) as store, \
             pytest.raises(StoreAccessError, match="TLS failed"):
         store.get(job.prefix + "a")
