@@ -8,6 +8,9 @@
 #   etcd-server-tls   etcd's certificate for clients: etcd-client.NS.svc, every member, localhost
 #   etcd-peer-tls     the members' certificate to each other (CN etcd-peer, etcd --peer-cert-allowed-cn)
 #   etcd-client-tls   a client certificate (CN elastic-client) for the controller and the etcd-auth Job
+# and worker.crt/worker.key, the client certificate of the workers' agents (etcd-tenant.sh puts it in each
+# namespace's worker Secret): it has no CommonName, since agents and training processes reach etcd through
+# its HTTP gateway, which refuses a certificate with one when auth is on (README, "TLS and auth").
 #   etcd-root                 password of etcd's root user
 #   elastic-controller-etcd   username and password of the controller's etcd user
 # as Secret manifests in DIR/secrets.yaml (the TLS ones in cert-manager's layout: ca.crt, tls.crt, tls.key;
@@ -23,10 +26,11 @@ cd "$dir"
 
 key() { openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$1.key" 2>/dev/null; }
 
-# cert NAME CN EXTENDED_KEY_USAGE [SUBJECT_ALT_NAMES]
+# cert NAME CN|/SUBJECT EXTENDED_KEY_USAGE [SUBJECT_ALT_NAMES]
 cert() {
   key "$1"
-  openssl req -new -key "$1.key" -subj "/CN=$2" -out "$1.csr"
+  case $2 in /*) subject=$2 ;; *) subject="/CN=$2" ;; esac
+  openssl req -new -key "$1.key" -subj "$subject" -out "$1.csr"
   {
     echo "basicConstraints=critical,CA:FALSE"
     echo "keyUsage=critical,digitalSignature,keyEncipherment"
@@ -49,6 +53,7 @@ cert server etcd-server serverAuth,clientAuth \
   "DNS:etcd-client.$ns.svc,DNS:etcd-client.$ns.svc.cluster.local,DNS:etcd-client,$members,DNS:localhost,IP:127.0.0.1"
 cert peer etcd-peer serverAuth,clientAuth "$members"
 cert client elastic-client clientAuth
+cert worker /O=elastic-worker clientAuth
 
 b64() { base64 <"$1" | tr -d '\n'; }
 rand() { openssl rand -hex 24 | tr -d '\n' >"$1"; }

@@ -4,12 +4,13 @@
 # worker pods mount (ELASTIC_WORKER_ETCD_SECRET, `elastic-etcd-worker` in controller.yaml):
 #
 #   ETCDCTL_ENDPOINTS=... ETCDCTL_CACERT=... ETCDCTL_CERT=... ETCDCTL_KEY=... ETCDCTL_USER=root:PASSWORD \
-#     sh manifests/etcd-tenant.sh NAMESPACE DIR     # DIR: what etcd-secrets.sh made (ca.crt, client.crt/.key)
+#     sh manifests/etcd-tenant.sh NAMESPACE DIR     # DIR: what etcd-secrets.sh made (ca.crt, worker.crt/.key)
 #   kubectl apply -f DIR/worker-NAMESPACE.yaml
 #
 # Run it again to rotate the password (the role and user are kept, the password replaced). The user name is
-# elastic-ns-NAMESPACE; the client certificate is etcd-secrets.sh's, whose CN is no etcd user on purpose
-# (etcd would take a certificate named after a user as that user, password unasked).
+# elastic-ns-NAMESPACE; the client certificate is etcd-secrets.sh's worker certificate, which has no CommonName:
+# agents and training processes reach etcd through its HTTP gateway, which refuses one with a CommonName when
+# auth is on (and etcd would take a certificate named after a user as that user, password unasked).
 set -eu
 ns=${1:?usage: etcd-tenant.sh NAMESPACE DIR}
 dir=${2:?usage: etcd-tenant.sh NAMESPACE DIR}
@@ -39,7 +40,7 @@ stringData:
   password: $password
 data:
   ca.crt: $(b64 "$dir/ca.crt")
-  tls.crt: $(b64 "$dir/client.crt")
-  tls.key: $(b64 "$dir/client.key")
+  tls.crt: $(b64 "$dir/worker.crt")
+  tls.key: $(b64 "$dir/worker.key")
 EOF
 echo "etcd user $name may use /elastic/jobs/$ns/ only; wrote $dir/worker-$ns.yaml"

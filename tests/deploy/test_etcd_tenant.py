@@ -22,8 +22,8 @@ SCRIPT = Path(__file__).resolve().parents[2] / "manifests" / "etcd-tenant.sh"
 
 def tenant(etcd: EtcdServer, certificates: Certificates, directory: Path, namespace: str) -> dict:
     """Run the script as an operator would (etcdctl from the environment, as root); the Secret it wrote."""
-    for source, name in ((certificates.ca_cert, "ca.crt"), (certificates.client_cert, "client.crt"),
-                         (certificates.client_key, "client.key")):  # fmt: skip
+    for source, name in ((certificates.ca_cert, "ca.crt"), (certificates.client_cert, "worker.crt"),
+                         (certificates.client_key, "worker.key")):  # fmt: skip
         shutil.copy(source, directory / name)
     env = {**os.environ, "PATH": f"{etcd.binary.parent}:{os.environ['PATH']}", "ETCDCTL_API": "3",
            "ETCDCTL_ENDPOINTS": etcd.client_url, "ETCDCTL_CACERT": str(certificates.ca_cert),

@@ -841,7 +841,7 @@ def test_etcd_with_the_manifest_flags_and_the_auth_job_gives_the_controller_only
     import urllib.request
 
     from elastic.errors import ElasticError
-    from elastic.store import EtcdAuth, Store
+    from elastic.store import EtcdAuth, GatewayStore, Store
     from elastic.store.server import free_port
 
     client, peer, metrics = free_port(), free_port(), free_port()
@@ -877,6 +877,11 @@ def test_etcd_with_the_manifest_flags_and_the_auth_job_gives_the_controller_only
         assert store.get("/elastic/jobs/default/probe/spec") is not None
         with pytest.raises(ElasticError, match="permission denied"):
             store.put_json("/not-elastic", {"ok": False})
+        # An agent with the workers' certificate (no CommonName) and a user reaches etcd through its gateway.
+        worker = EtcdAuth(str(secrets_dir / "ca.crt"), str(secrets_dir / "worker.crt"), str(secrets_dir / "worker.key"),
+                          user=env["CONTROLLER_USER"], password=env["CONTROLLER_PASSWORD"])
+        with GatewayStore(url, auth=worker, retry_seconds=2, timeout=2) as gateway:
+            assert gateway.get("/elastic/jobs/default/probe/spec") is not None
         with pytest.raises(ElasticError):
             Store(url, auth=files, retry_seconds=1, timeout=2).get("/elastic/jobs/default/probe/spec")
         with pytest.raises(ElasticError):  # no client certificate: refused at the handshake
