@@ -15,9 +15,11 @@ Run it with, e.g.:
     torchrun --nnodes=1:4 --rdzv-backend=etcd-v3 --rdzv-endpoint=... examples/train_ddp.py
 
 Elastic behaviour:
-- Every `--checkpoint-every` steps rank 0 writes `DIR/checkpoint.pt` atomically (temp file, fsync,
-  `os.replace`), then all ranks pass a barrier, so no rank runs ahead of a checkpoint that is not yet on
-  disk: a crash after step s always resumes from the last multiple of K at or below s.
+- Every `--checkpoint-every` steps rank 0 writes `DIR/checkpoint.pt` atomically (temp file, fsync, then
+  `elastic.train.checkpoint.publish`, an `os.replace` fenced by the worker's round: a worker whose round has
+  ended, such as one whose agent died, cannot replace what the next round resumes from), then all ranks pass
+  a barrier, so no rank runs ahead of a checkpoint that is not yet on disk: a crash after step s always
+  resumes from the last multiple of K at or below s.
 - At start rank 0 loads that checkpoint (model, optimizer, step) and broadcasts it to every rank, so
   ranks on other hosts need no shared filesystem; only rank 0 of the new round must see `DIR`.
   Training continues from the saved step, so step numbers keep growing across re-rendezvous rounds,
@@ -53,6 +55,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
+
+from elastic.train.checkpoint import publish
 
 CHECKPOINT_NAME = "checkpoint.pt"
 
@@ -202,7 +206,7 @@ def save_checkpoint(path: Path, model: nn.Module, optimizer: torch.optim.Optimiz
             torch.save(state, f)
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, path)
+        publish(tmp, path)  # an os.replace that a worker of an ended round cannot do
     # Nobody runs ahead of a checkpoint that is not on disk yet: a crash resumes from the newest one.
     dist.barrier()
 

@@ -45,6 +45,7 @@ import torch
 from torch import nn
 
 from elastic.train import ElasticSampler, Session
+from elastic.train.checkpoint import publish
 
 INPUT_DIM, NUM_CLASSES = 16, 4
 
@@ -124,7 +125,7 @@ def save_checkpoint(path: Path, state: dict[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(f".{path.name}.{os.getpid()}")
     torch.save(state, partial)
-    os.replace(partial, path)
+    publish(partial, path)  # fenced: a worker whose round has ended cannot replace it
 
 
 def main() -> None:

@@ -48,6 +48,7 @@ from elastic.policy.incident import (
 )
 from elastic.rendezvous.agent_store import EtcdAgentStore
 from elastic.rendezvous.config import RendezvousConfig
+from elastic.rendezvous.fence import RoundFence
 from elastic.rendezvous.protocol import (
     Change,
     EndDeadRound,
@@ -160,6 +161,10 @@ class EtcdV3RendezvousHandler(RendezvousHandler):
         assert self._view is not None
         log.info("member %s joined round %d as rank %d of %d", self.member_id, joined.round.number, joined.rank,
                  joined.round.world_size)
+        # The round's workers inherit this agent's environment: their fencing token, and how to check it.
+        run_id = self._view.state().run_id or ""
+        os.environ.update({**self.config.auth.env(), **RoundFence(
+            self.config.endpoints, self.run.keys, run_id, joined.round.number).env()})
         agent_store = EtcdAgentStore(
             self.store, self.run.keys.store(joined.round.number), self._job_lease_id(), self._view
         )

@@ -32,6 +32,7 @@ import torch.distributed as dist
 
 from elastic.policy.hang import HangSettings, Verdict, abandon_after, runnable_elapsed, step_deadline, verdict
 from elastic.policy.state_source import transfer_plan
+from elastic.rendezvous.fence import RoundFence
 from elastic.train.context import ABANDONED_EXIT, HUNG_EXIT, Heartbeat, Marker, WorkerContext
 from elastic.train.cpu_wait import CpuWait
 from elastic.train.progress import ProgressReporter
@@ -259,6 +260,9 @@ class Session:
         grouped_at, received = formed
         self._apply(received)
         self._mark(found.round)
+        # This process outlives rounds: its fencing token (elastic.train.checkpoint) follows the round it joined.
+        os.environ.update(RoundFence(self.context.endpoints, self.context.job, self._follower.state().run_id or "",
+                                     found.round).env())
         done = time.monotonic()
         self.last_recovery = Recovery(
             round=found.round, wait_round=joined_at - started, process_group=grouped_at - joined_at,
