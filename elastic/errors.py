@@ -23,6 +23,12 @@ class StoreUnavailableError(PermanentError):
     """etcd did not answer within the retry bound. Raised instead of a raw gRPC error."""
 
 
+class StoreUnreachableError(StoreUnavailableError):
+    """etcd did not answer within the retry bound (down, paused, partitioned, leaderless): it may come back.
+    A command that asked once reports it; a process that runs on (a controller, a live view) waits for etcd
+    and says so once (`elastic.store.outage.Outage`)."""
+
+
 class LeaseLostError(StoreUnavailableError):
     """etcd refused a write under a lease it no longer has (expired or revoked): the keys on it are gone, and
     writing again under the same lease can never succeed (a new lease can)."""

@@ -21,6 +21,7 @@ from rich.live import Live
 from elastic.cli.live_state import LiveState, advance, snapshot
 from elastic.cli.live_view import event_line, render, status_line
 from elastic.store import Entry, JobKeys, PrefixWatch, Store, WatchEvent
+from elastic.store.outage import Outage
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +83,9 @@ def by_revision(events: list[WatchEvent]) -> list[list[WatchEvent]]:
 class JobFollower:
     """Feeds every revision of one job's keys to a sink, from a snapshot and a watch that resumes after it."""
 
-    def __init__(self, store: Store, keys: JobKeys, sink: Sink, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, store: Store, keys: JobKeys, sink: Sink, clock: Callable[[], float] = time.time,
+                 say: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True)) -> None:
+        self.say = say
         self.store = store
         self.keys = keys
         self.sink = sink
@@ -93,8 +96,9 @@ class JobFollower:
         self._shown = {keys.round, keys.budget, keys.closed, keys.status, keys.progress, keys.run}
 
     def follow(self, done: Callable[[LiveState], bool] = lambda state: state.final) -> LiveState:
-        """Show the job until `done(state)` or `finish()`; returns the last state shown."""
-        entries, self.revision = self.store.get_prefix(self.keys.prefix)
+        """Show the job until `done(state)` or `finish()`; returns the last state shown. etcd away when the view
+        starts is a wait, said once; later, the watch itself waits and resumes where it left off."""
+        entries, self.revision = Outage("the view", say=self.say).call(lambda: self.store.get_prefix(self.keys.prefix))
         table = {e.key: e for e in entries}
         self._advance(table)
         with PrefixWatch(self.store, self.keys.prefix, start_revision=self.revision + 1) as watch:

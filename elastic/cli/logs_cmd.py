@@ -21,6 +21,7 @@ from elastic.controller.status import FINAL_PHASES
 from elastic.errors import PermanentError
 from elastic.spec.model import INT32_MAX
 from elastic.store import JobKeys, Store
+from elastic.store.outage import Outage
 
 FOLLOW_PERIOD = 0.2
 
@@ -38,8 +39,11 @@ def register(verbs: argparse._SubParsersAction) -> None:
 
 def logs_cmd(args: argparse.Namespace) -> int:
     keys = JobKeys.parse(args.job)
+    # `-f` runs on: it waits for etcd (said once) rather than exiting, from its first read on.
+    outage = Outage("logs -f", say=lambda line: print(line, file=sys.stderr, flush=True))
     with connect(args) as store:
-        report = _report(store, keys, args.etcd)
+        read = lambda: _report(store, keys, args.etcd)  # noqa: E731 (read once here, and again and again with -f)
+        report = outage.call(read) if args.follow else read()
         chosen = choose(report, args.worker)
         # kubectl's --prefix, when lines of several workers can meet: no --worker, and several logs or -f
         prefixed = args.worker is None and (len(chosen) > 1 or args.follow)
@@ -49,7 +53,7 @@ def logs_cmd(args: argparse.Namespace) -> int:
         try:
             while not _finished(report):
                 time.sleep(FOLLOW_PERIOD)
-                report = _report(store, keys, args.etcd)
+                report = outage.call(read)
                 for log in choose(report, args.worker, quiet=True):
                     if log.worker not in offsets:  # a worker started meanwhile: from its beginning
                         offsets[log.worker] = 0

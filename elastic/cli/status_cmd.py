@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -24,6 +25,7 @@ from elastic.controller.inspect import JobReport, read_report
 from elastic.controller.submit import list_jobs
 from elastic.errors import PermanentError
 from elastic.store import JobKeys
+from elastic.store.outage import Outage
 
 OUTPUTS = ("table", "wide", "json", "yaml", "name")
 
@@ -50,11 +52,13 @@ def watch_cmd(args: argparse.Namespace) -> int:
         raise PermanentError(f"status -w draws a table: -o {args.output} is for one look (drop -w or -o)")
     keys = JobKeys.parse(args.job)
     with connect(args) as store:
-        if find_run(store, keys) is None:  # a torchrun run is followed as a job is
-            require_job(store, keys, args.etcd)
+        # A view that runs on waits for etcd (said once) rather than exiting, from its first read on.
+        outage = Outage("status -w", say=lambda line: print(line, file=sys.stderr, flush=True))
+        if outage.call(lambda: find_run(store, keys)) is None:  # a torchrun run is followed as a job is
+            outage.call(lambda: require_job(store, keys, args.etcd))
         sink = make_sink(args.no_tty)
         try:
-            JobFollower(store, keys, sink).follow()
+            JobFollower(store, keys, sink, say=outage.say).follow()
         except KeyboardInterrupt:
             pass
         finally:

@@ -36,13 +36,14 @@ from elastic.controller.machinery.lease_election import LEASE_NAME, KubernetesLe
 from elastic.controller.machinery.workqueue import WorkQueue
 from elastic.controller.metrics_export import ControllerMetrics
 from elastic.controller.status import FINAL_PHASES
-from elastic.errors import ElasticError, NotLeaderError, PermanentError
+from elastic.errors import ElasticError, NotLeaderError, PermanentError, StoreUnreachableError
 from elastic.policy.bounds import clamp_replicas
 from elastic.spec import ElasticJob, parse_job
 from elastic.spec.crd import GROUP, PLURAL, VERSION
 from elastic.store import Delete, JobKeys, ModRevisionIs, Put, Store
 from elastic.store.fenced import FencedStore
 from elastic.store.keys import controller_leader_key
+from elastic.store.outage import RETRY_SECONDS, Outage
 
 log = logging.getLogger(__name__)
 
@@ -204,9 +205,18 @@ class KubernetesControllerManager:
         self.close()
 
     def run_forever(self, wait: float = 1.0) -> None:
+        """Pass after pass; etcd away is a wait, said once (`Outage`), never an exit (the API server's own
+        outages are the informers' and the bounded requests' to ride out)."""
+        outage = Outage("the controller")
         with self:
             while True:
-                self.step(wait)
+                try:
+                    self.step(wait)
+                except StoreUnreachableError as err:
+                    outage.began(err)
+                    time.sleep(RETRY_SECONDS)
+                    continue
+                outage.ended()
 
     # --- passes ---
 

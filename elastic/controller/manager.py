@@ -8,6 +8,7 @@ leader adopts them through their records in etcd.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -24,13 +25,14 @@ from elastic.controller.machinery.workqueue import WorkQueue
 from elastic.controller.metrics_export import ControllerMetrics
 from elastic.controller.status import FINAL_PHASES
 from elastic.controller.submit import list_jobs
-from elastic.errors import NotLeaderError
+from elastic.errors import NotLeaderError, StoreUnreachableError
 from elastic.rendezvous.run import JobRun
 from elastic.rendezvous.state import Closed
 from elastic.spec import ElasticJob
 from elastic.spec.names import job_name_for
 from elastic.store import JobKeys, Store
 from elastic.store.fenced import FencedStore
+from elastic.store.outage import RETRY_SECONDS, Outage
 
 log = logging.getLogger(__name__)
 
@@ -117,11 +119,19 @@ class LocalControllerManager:
         return True
 
     def run_forever(self, on_status: Callable[[str, dict], None] | None = None) -> None:
-        """Act while leading, stand by otherwise; on the way out, hand leadership over at once."""
+        """Act while leading, stand by otherwise; on the way out, hand leadership over at once. etcd away is a
+        wait, said once (`Outage`), never an exit."""
         events = self.watch_jobs()
+        outage = Outage("the controller")
         try:
             while True:
-                self.step(on_status, wait=ELECTION_SECONDS)
+                try:
+                    self.step(on_status, wait=ELECTION_SECONDS)
+                except StoreUnreachableError as err:
+                    outage.began(err)
+                    time.sleep(RETRY_SECONDS)
+                    continue
+                outage.ended()
         finally:
             events.close()
             self.election.resign()
@@ -187,7 +197,9 @@ class LocalJobRunner:
         election: Election,
         process_cap: int | None = None,
         metrics: ControllerMetrics | None = None,
+        say: Callable[[str], None] | None = None,
     ) -> None:
+        """`say`: where an etcd outage's two lines go (default: the log)."""
         self.store = store
         self.job = job
         self.endpoints = endpoints
@@ -199,6 +211,7 @@ class LocalJobRunner:
         self.controller: JobController | None = None
         self.workers: LocalProcesses | None = None
         self._acting_as: FencedStore | None = None
+        self.outage = Outage("elastic run", say=say)
 
     def step(self) -> dict[str, Any]:
         fenced = self.election.lead()
@@ -228,16 +241,27 @@ class LocalJobRunner:
         return status.get("phase") in FINAL_PHASES  # the leader winds the workers down
 
     def run_until_done(self, on_status: Callable[[dict[str, Any]], None] | None = None, period: float = 0.3) -> dict:
+        """Step until the job is done. etcd away is a wait, said once (`Outage`): the workers run on, and what
+        happened meanwhile is decided when etcd answers again (a step is level-triggered, so one cut short
+        by the outage is simply taken again)."""
         while True:
-            status = self.step()
-            if on_status is not None and status:
-                on_status(status)
-            if self.done(status):
-                try:
-                    if self.controller is not None:
-                        self.controller.finish()
-                except NotLeaderError as err:  # deposed at the very end: the new leader finishes
-                    log.warning("%s", err)
+            try:
+                status = self.step()
+                if on_status is not None and status:
+                    on_status(status)
+                done = self.done(status)
+                if done:
+                    try:
+                        if self.controller is not None:
+                            self.controller.finish()
+                    except NotLeaderError as err:  # deposed at the very end: the new leader finishes
+                        log.warning("%s", err)
+            except StoreUnreachableError as err:
+                self.outage.began(err)
+                time.sleep(RETRY_SECONDS)
+                continue
+            self.outage.ended()
+            if done:
                 return status
             time.sleep(period)
 
@@ -245,9 +269,15 @@ class LocalJobRunner:
         """Close the job (unless it is closed already) and, while this process leads, stop its workers and
         write its final status: an interrupted `elastic run` leaves its job Failed (its status says why),
         never Running with nobody to finish it. Under another leader, that one winds it down."""
+        with contextlib.suppress(StoreUnreachableError, NotLeaderError):
+            self.step()  # leadership as it stands now: an etcd outage may have lapsed the term this process had
         controller = self.controller
         run = JobRun(controller.store if controller is not None else self.store, self.keys)
-        run.close(run.read(), closed)
+        try:
+            run.close(run.read(), closed)
+        except NotLeaderError as err:  # another controller leads: it winds the job down
+            log.warning("%s", err)
+            return self._shown_status()
         if controller is None:
             return self._shown_status()
         self.stop_workers()

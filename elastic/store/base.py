@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_exponential
 
-from elastic.errors import LeaseLostError, StoreUnavailableError
+from elastic.errors import LeaseLostError, StoreUnavailableError, StoreUnreachableError
 from elastic.store.auth import EtcdAuth, StoreAccessError
 from elastic.store.endpoints import EndpointAddress, parse_endpoints
 from elastic.store.ops import Compare, Entry, Op, TxnResult, dumps
@@ -161,8 +161,8 @@ class StoreBase:
     def describe_error(self, err: BaseException) -> str:
         return str(err) or type(err).__name__
 
-    def unavailable(self, what: str, err: BaseException) -> StoreUnavailableError:
-        return StoreUnavailableError(
+    def unavailable(self, what: str, err: BaseException) -> StoreUnreachableError:
+        return StoreUnreachableError(
             f"etcd at {self.endpoints_text} did not answer {what} within {self.retry_seconds:g} s "
             f"(last error: {self.describe_error(err)}). Check that etcd is running and reachable at that "
             "address, or pass the right endpoint (--etcd / --rdzv-endpoint)."
