@@ -42,3 +42,26 @@ def test_a_worker_killed_while_etcd_is_away_is_charged_once_etcd_is_back(in_plac
     (charge,) = budget["charges"]
     assert charge["exit_code"] == 137, (charge, job.logs())
     assert charge["member"] and f"-{agents[1].pid}-" in charge["member"], charge
+
+
+OUTAGE_SECONDS = 45  # 3 x the longest retry bound of an agent's or a session's etcd calls (15 s)
+
+
+def test_a_long_outage_is_a_wait_for_agents_and_sessions_and_costs_nothing(in_place_job, etcd_server) -> None:  # noqa: F811
+    """No process dies of an etcd outage (issue 41): the agents fence their workers once their leases lapse,
+    every agent and session waits for etcd however long it is away, and the job trains on when it is back."""
+    total = 400
+    job = in_place_job("2:2", ["--steps", str(total), "--step-seconds", "0.03"], conf={"lease_seconds": 4})
+    agents = [job.add_agent() for _ in range(2)]
+    assert wait_until(lambda: any(s > 30 for s in job.steps()), 120), job.logs()
+    assert etcd_server.process is not None
+    os.kill(etcd_server.process.pid, signal.SIGSTOP)
+    try:
+        time.sleep(OUTAGE_SECONDS)  # the outage itself: its length is what the test is about
+        exited = [a.log_path.name for a in agents if a.returncode is not None]
+        assert not exited, f"{exited} exited during the outage: {job.logs()}"
+    finally:
+        os.kill(etcd_server.process.pid, signal.SIGCONT)
+    job.wait_finished(240)
+    assert job.budget()["used"] == 0, (job.budget(), job.logs())
+    assert {step for step, *_ in job.done()} == {total}, job.logs()
