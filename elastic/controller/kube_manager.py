@@ -101,6 +101,7 @@ class KubernetesControllerManager:
         self.store = store
         self.metrics = metrics  # one per process: counts survive a change of leader
         self.worker_etcd_secret = worker_etcd_secret
+        self.outage = Outage("the controller")  # etcd away: two lines per outage (step_through_outages)
         self.endpoints = endpoints
         self.core = CoreV1Api(api_client)
         self.custom = CustomObjectsApi(api_client)
@@ -205,18 +206,21 @@ class KubernetesControllerManager:
         self.close()
 
     def run_forever(self, wait: float = 1.0) -> None:
-        """Pass after pass; etcd away is a wait, said once (`Outage`), never an exit (the API server's own
-        outages are the informers' and the bounded requests' to ride out)."""
-        outage = Outage("the controller")
         with self:
             while True:
-                try:
-                    self.step(wait)
-                except StoreUnreachableError as err:
-                    outage.began(err)
-                    time.sleep(RETRY_SECONDS)
-                    continue
-                outage.ended()
+                self.step_through_outages(wait)
+
+    def step_through_outages(self, wait: float = 0.0) -> bool:
+        """One pass, as `run_forever` takes them: etcd away is a wait, said once (`self.outage`), never an exit
+        (the API server's own outages are the informers' and the bounded requests' to ride out)."""
+        try:
+            acted = self.step(wait)
+        except StoreUnreachableError as err:
+            self.outage.began(err)
+            time.sleep(RETRY_SECONDS)
+            return False
+        self.outage.ended()
+        return acted
 
     # --- passes ---
 

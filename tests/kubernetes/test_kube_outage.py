@@ -9,6 +9,8 @@ exception escaping a pass is what would end the process, so each one is recorded
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 import time
 import urllib.error
@@ -33,7 +35,8 @@ STALE = 3.0  # /healthz fails past this
 
 
 class Loop:
-    """`run_forever`'s loop on a thread: every exception that escapes a pass would have been an exit."""
+    """`run_forever`'s loop on a thread (its passes, as it takes them): every exception that escapes a pass
+    would have been an exit."""
 
     def __init__(self, manager: KubernetesControllerManager) -> None:
         self.manager = manager
@@ -45,7 +48,7 @@ class Loop:
     def _run(self) -> None:
         while not self._stop.is_set():
             try:
-                self.manager.step(0.1)
+                self.manager.step_through_outages(0.1)
             except Exception as err:
                 self.exits.append(err)
 
@@ -159,3 +162,41 @@ def test_random_api_errors_cost_no_exit_and_no_job(
     assert all(reconciled(fake, n, 2) for n in names[2:])
     print(f"{len(fake.injected)} faults injected: {fake.injected}")
     assert len(fake.injected) >= 8 and loop.exits == []
+
+
+def test_a_paused_etcd_is_a_wait_said_once_and_every_job_is_reconciled_once_it_answers(
+    fake: FakeApiServer, stoppable_etcd_server: EtcdServer
+) -> None:
+    """No process dies of an etcd outage (issue 41): etcd paused for 3 x the store's retry bound (5 s here)
+    costs the controller no exit; it says so once, and what changed meanwhile is reconciled when etcd is back."""
+    etcd = stoppable_etcd_server
+    said: list[str] = []
+    api = BoundedApiClient(client.Configuration(host=fake.url), timeout=(1.0, 1.0))
+    with api, Store(etcd.client_url, retry_seconds=5) as store:
+        manager = KubernetesControllerManager(
+            store, etcd.client_url, api, "controller-e", "elastic-system", lease_seconds=30,
+            watch_read_seconds=WATCH_READ, stale_seconds=STALE,
+        ).start()  # fmt: skip
+        manager.outage.say = said.append
+        loop = Loop(manager)
+        try:
+            name = f"e-{uuid.uuid4().hex[:5]}"
+            fake.add_job(job_doc(name))
+            assert wait_until(lambda: reconciled(fake, name, 2), timeout=20)
+            assert etcd.process is not None
+            os.kill(etcd.process.pid, signal.SIGSTOP)
+            try:
+                with fake.lock:  # the user scales the job meanwhile
+                    obj = fake.jobs[("team-a", name)]
+                    fake._write("elastic.dev", "elasticjobs", "team-a", name,
+                                {**obj, "spec": {**obj["spec"], "replicas": 3}}, None)  # fmt: skip
+                assert not wait_until(lambda: loop.exits, timeout=15), loop.exits  # the outage: 3 x 5 s
+            finally:
+                os.kill(etcd.process.pid, signal.SIGCONT)
+            assert wait_until(lambda: reconciled(fake, name, 3), timeout=30), "reconciled once etcd answers"
+            assert loop.exits == []
+            assert [line.split(" since ")[0].split(" after ")[0] for line in said] == [
+                "etcd is unreachable", "etcd answers again"], said
+        finally:
+            loop.stop()
+            manager.close()
