@@ -60,6 +60,10 @@ class StoreBase:
         # When a call last met etcd unreachable (monotonic), even if a retry then got through: how an
         # agent tells an outage it lived through from a member lost while etcd was up (docs/design.md §3.11).
         self.last_unreachable: float | None = None
+        self._setup()
+
+    def _setup(self) -> None:
+        """The wire's own connection state (nothing is sent yet)."""
 
     @property
     def endpoints_text(self) -> str:

@@ -22,7 +22,6 @@ from pyetcd import exceptions as etcd_exceptions
 from pyetcd import transactions as etcd_txn
 
 from elastic.errors import StoreUnavailableError
-from elastic.store.auth import EtcdAuth
 from elastic.store.base import StoreBase
 from elastic.store.ops import (
     Compare,
@@ -78,15 +77,7 @@ class Store(StoreBase):
     transient_errors = TRANSIENT_ERRORS
     refusal_errors = (grpc.RpcError,)
 
-    def __init__(
-        self,
-        endpoints: str | Sequence[str],
-        *,
-        timeout: float = 3.0,
-        retry_seconds: float = 10.0,
-        auth: EtcdAuth | None = None,
-    ) -> None:
-        super().__init__(endpoints, timeout=timeout, retry_seconds=retry_seconds, auth=auth)
+    def _setup(self) -> None:
         self._client: pyetcd.MultiEndpointEtcd3Client | None = None
         self._keep_alives: KeepAliveStream | None = None
 

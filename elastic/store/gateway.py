@@ -87,15 +87,7 @@ class GatewayStore(StoreBase):
     transient_errors = (GatewayUnreachableError,)
     refusal_errors = (GatewayRefusalError,)
 
-    def __init__(
-        self,
-        endpoints: str | Sequence[str],
-        *,
-        timeout: float = 3.0,
-        retry_seconds: float = 10.0,
-        auth: EtcdAuth | None = None,
-    ) -> None:
-        super().__init__(endpoints, timeout=timeout, retry_seconds=retry_seconds, auth=auth)
+    def _setup(self) -> None:
         self._pool_lock = threading.Lock()  # guards the two fields below, never held across I/O
         self._idle: list[http.client.HTTPConnection] = []
         self._endpoint = 0  # index into addresses of the endpoint new connections go to

@@ -9,6 +9,7 @@ exception escaping a pass is what would end the process, so each one is recorded
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import threading
@@ -57,20 +58,30 @@ class Loop:
         self._thread.join(timeout=30)
 
 
-@pytest.fixture
-def controller(fake: FakeApiServer, etcd_server: EtcdServer) -> Iterator[tuple[KubernetesControllerManager, Loop]]:
-    """One replica with short deadlines (1 s per request), its loop running, and its health endpoint."""
+@contextlib.contextmanager
+def running_controller(
+    fake: FakeApiServer, etcd: EtcdServer, name: str
+) -> Iterator[tuple[KubernetesControllerManager, Loop]]:
+    """One replica with short deadlines (1 s per request), its loop running."""
     api = BoundedApiClient(client.Configuration(host=fake.url), timeout=(1.0, 1.0))
-    with api, Store(etcd_server.client_url, retry_seconds=5) as store:
+    with api, Store(etcd.client_url, retry_seconds=5) as store:
         manager = KubernetesControllerManager(
-            store, etcd_server.client_url, api, "controller-o", "elastic-system", lease_seconds=30,
+            store, etcd.client_url, api, name, "elastic-system", lease_seconds=30,
             watch_read_seconds=WATCH_READ, stale_seconds=STALE,
         ).start()  # fmt: skip
         loop = Loop(manager)
-        yield manager, loop
-        loop.stop()
-        manager.close()
-        store.delete(controller_leader_key("kubernetes"))
+        try:
+            yield manager, loop
+        finally:
+            loop.stop()
+            manager.close()
+            store.delete(controller_leader_key("kubernetes"))
+
+
+@pytest.fixture
+def controller(fake: FakeApiServer, etcd_server: EtcdServer) -> Iterator[tuple[KubernetesControllerManager, Loop]]:
+    with running_controller(fake, etcd_server, "controller-o") as running:
+        yield running
 
 
 def job_doc(name: str, replicas: int = 2) -> dict[str, Any]:
@@ -171,32 +182,22 @@ def test_a_paused_etcd_is_a_wait_said_once_and_every_job_is_reconciled_once_it_a
     costs the controller no exit; it says so once, and what changed meanwhile is reconciled when etcd is back."""
     etcd = stoppable_etcd_server
     said: list[str] = []
-    api = BoundedApiClient(client.Configuration(host=fake.url), timeout=(1.0, 1.0))
-    with api, Store(etcd.client_url, retry_seconds=5) as store:
-        manager = KubernetesControllerManager(
-            store, etcd.client_url, api, "controller-e", "elastic-system", lease_seconds=30,
-            watch_read_seconds=WATCH_READ, stale_seconds=STALE,
-        ).start()  # fmt: skip
+    with running_controller(fake, etcd, "controller-e") as (manager, loop):
         manager.outage.say = said.append
-        loop = Loop(manager)
+        name = f"e-{uuid.uuid4().hex[:5]}"
+        fake.add_job(job_doc(name))
+        assert wait_until(lambda: reconciled(fake, name, 2), timeout=20)
+        assert etcd.process is not None
+        os.kill(etcd.process.pid, signal.SIGSTOP)
         try:
-            name = f"e-{uuid.uuid4().hex[:5]}"
-            fake.add_job(job_doc(name))
-            assert wait_until(lambda: reconciled(fake, name, 2), timeout=20)
-            assert etcd.process is not None
-            os.kill(etcd.process.pid, signal.SIGSTOP)
-            try:
-                with fake.lock:  # the user scales the job meanwhile
-                    obj = fake.jobs[("team-a", name)]
-                    fake._write("elastic.dev", "elasticjobs", "team-a", name,
-                                {**obj, "spec": {**obj["spec"], "replicas": 3}}, None)  # fmt: skip
-                assert not wait_until(lambda: loop.exits, timeout=15), loop.exits  # the outage: 3 x 5 s
-            finally:
-                os.kill(etcd.process.pid, signal.SIGCONT)
-            assert wait_until(lambda: reconciled(fake, name, 3), timeout=30), "reconciled once etcd answers"
-            assert loop.exits == []
-            assert [line.split(" since ")[0].split(" after ")[0] for line in said] == [
-                "etcd is unreachable", "etcd answers again"], said
+            with fake.lock:  # the user scales the job meanwhile
+                obj = fake.jobs[("team-a", name)]
+                fake._write("elastic.dev", "elasticjobs", "team-a", name,
+                            {**obj, "spec": {**obj["spec"], "replicas": 3}}, None)  # fmt: skip
+            assert not wait_until(lambda: loop.exits, timeout=15), loop.exits  # the outage: 3 x 5 s
         finally:
-            loop.stop()
-            manager.close()
+            os.kill(etcd.process.pid, signal.SIGCONT)
+        assert wait_until(lambda: reconciled(fake, name, 3), timeout=30), "reconciled once etcd answers"
+        assert loop.exits == []
+        assert [line.split(" since ")[0].split(" after ")[0] for line in said] == [
+            "etcd is unreachable", "etcd answers again"], said

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from elastic.store import GatewayStore, Store, StoreBase
 from elastic.store.server import EtcdServer
 from harness.fixtures import available_etcd_binaries
 
@@ -17,3 +18,12 @@ def own_server(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[EtcdS
     server = EtcdServer(binary=request.param[1], data_dir=tmp_path / "etcd").start()
     yield server
     server.stop()
+
+
+WIRES = {"grpc": Store, "gateway": GatewayStore}  # controllers use gRPC; agents and training processes the gateway
+
+
+@pytest.fixture(params=sorted(WIRES))
+def wire(request: pytest.FixtureRequest) -> type[StoreBase]:
+    """Each store class in turn: a test that takes it holds for both wires."""
+    return WIRES[request.param]

@@ -9,7 +9,15 @@ import grpc
 import pytest
 
 from elastic.errors import StoreUnavailableError
-from elastic.store import LeaseKeeper, ModRevisionIs, PrefixWatch, Put, Store, UnchangedSince
+from elastic.store import (
+    LeaseKeeper,
+    ModRevisionIs,
+    PrefixWatch,
+    Put,
+    Store,
+    StoreBase,
+    UnchangedSince,
+)
 from elastic.store.server import EtcdServer, free_port
 from harness.agents import wait_until
 
@@ -134,8 +142,10 @@ def test_keeper_rides_out_an_overloaded_etcd_and_says_when_the_lease_is_lost(etc
         store.overloaded.clear()
         keeper.stop()
 
-def test_watch_resumes_after_etcd_crash_with_every_event_once_in_order(own_server: EtcdServer) -> None:
-    with Store(own_server.client_url, retry_seconds=20) as store, PrefixWatch(store, "/t/w/") as watch:
+def test_watch_resumes_after_etcd_crash_with_every_event_once_in_order(
+    own_server: EtcdServer, wire: type[StoreBase]
+) -> None:
+    with wire(own_server.client_url, retry_seconds=20) as store, PrefixWatch(store, "/t/w/") as watch:
         assert watch.wait_ready(5)
         for i in range(5):
             store.put(f"/t/w/{i}", str(i))
@@ -170,9 +180,9 @@ def test_keeper_rides_out_an_etcd_restart(own_server: EtcdServer) -> None:
         keeper.revoke()
 
 
-def test_dead_endpoints_fail_within_bound_with_one_readable_error() -> None:
+def test_dead_endpoints_fail_within_bound_with_one_readable_error(wire: type[StoreBase]) -> None:
     dead = [f"http://127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"]
-    with Store(dead, retry_seconds=1.5, timeout=0.5) as store:
+    with wire(dead, retry_seconds=1.5, timeout=0.5) as store:
         started = time.monotonic()
         with pytest.raises(StoreUnavailableError) as caught:
             store.get("/anything")
@@ -184,9 +194,9 @@ def test_dead_endpoints_fail_within_bound_with_one_readable_error() -> None:
     assert "Traceback" not in message and "grpc" not in message.lower()
 
 
-def test_failover_to_a_live_endpoint(any_etcd_server: EtcdServer) -> None:
+def test_failover_to_a_live_endpoint(any_etcd_server: EtcdServer, wire: type[StoreBase]) -> None:
     dead = f"http://127.0.0.1:{free_port()}"
-    with Store([dead, any_etcd_server.client_url], retry_seconds=5, timeout=1) as store:
+    with wire([dead, any_etcd_server.client_url], retry_seconds=5, timeout=1) as store:
         for i in range(5):  # whichever endpoint is picked first, every call lands
             store.put(f"/t/failover/{i}", "x")
         assert len(store.get_prefix("/t/failover/")[0]) == 5
