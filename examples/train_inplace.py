@@ -44,7 +44,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from elastic.train import ElasticSampler, Session
+from elastic.train import DistributedDataParallel, ElasticSampler, Session
 from elastic.train.checkpoint import publish
 
 INPUT_DIM, NUM_CLASSES = 16, 4
@@ -67,6 +67,8 @@ def parse_args() -> argparse.Namespace:
                         help="the model's and data's type (float64: runs compare to the last bits)")
     parser.add_argument("--log-samples", action="store_true", help="every rank prints the ids it reads per step")
     parser.add_argument("--save-final", type=Path, help="rank 0 saves the final model's state_dict here")
+    parser.add_argument("--ddp", action="store_true", help="wrap the model in DistributedDataParallel (DDP's own "
+                        "bucketed all-reduce and the session's commit gate) instead of session.allreduce_gradients")
     return parser.parse_args()
 
 
@@ -145,6 +147,7 @@ def main() -> None:
         f"resumed_from={session.step}")
 
     with session:
+        net = DistributedDataParallel(model, process_group=session.process_group) if args.ddp else model
         reported_round = None
         for step in session.steps(args.steps):
             if session.in_place and session.round != reported_round:
@@ -158,10 +161,10 @@ def main() -> None:
             if args.log_samples:
                 say(f"reads step={step} round={session.round} epoch={sampler.epoch} rank={session.rank} "
                     f"world_size={session.world_size} ids={','.join(map(str, ids))}")
-            loss = loss_of(model, data, ids, sampler.step_samples(session.world_size), session.world_size)
+            loss = loss_of(net, data, ids, sampler.step_samples(session.world_size), session.world_size)
             loss.backward()
             time.sleep(args.step_seconds)
-            if session.allreduce_gradients(model):
+            if session.should_commit() if args.ddp else session.allreduce_gradients(model):
                 optimizer.step()
                 applied += 1
                 session.commit(loss.item())

@@ -16,7 +16,8 @@ one of gRPC's threads (issue 44; docs/design.md, "Fork safety"). `tests/inplace/
 that importing this package and running a session imports no gRPC.
 """
 
+from elastic.train.ddp import DistributedDataParallel
 from elastic.train.sampler import ElasticSampler
 from elastic.train.session import Session
 
-__all__ = ["ElasticSampler", "Session"]
+__all__ = ["DistributedDataParallel", "ElasticSampler", "Session"]

@@ -37,12 +37,11 @@ from elastic.train.context import ABANDONED_EXIT, HUNG_EXIT, Heartbeat, Marker, 
 from elastic.train.cpu_wait import CpuWait
 from elastic.train.progress import ProgressReporter
 from elastic.train.rng import rng_states, set_rng_states
+from elastic.train.round_group import COMMUNICATION_ERRORS, RoundGroup
 from elastic.train.rounds import Assignment, RoundFollower, round_over
 from elastic.train.sampler import ElasticSampler
 from elastic.train.transfer import Received, exchange_reports, move_state
 
-# What a collective failing as a peer dies (or its round's store going away) raises.
-COMMUNICATION_ERRORS = (RuntimeError, dist.DistError)
 WATCHDOG_SECONDS = 0.1
 T = TypeVar("T")
 
@@ -108,6 +107,8 @@ class Session:
         self.recoveries = 0
         self.last_recovery = Recovery()
         self._holds_state = False
+        # What a module built on the session's group keeps (DDP's reducer): each round's group behind it.
+        self.process_group = RoundGroup()
         self._follower: RoundFollower | None = None
         self._step_seconds: deque[float] = deque(maxlen=50)
         self._activity_now: tuple[str, float] = ("idle", time.monotonic())
@@ -158,6 +159,7 @@ class Session:
         if self.context is None:
             if not dist.is_initialized():
                 dist.init_process_group("gloo", timeout=self.timeout)
+            self.process_group.configure(dist.group.WORLD, dist.get_rank(), dist.get_world_size())
             self._adopt_state()
             self._holds_state = True
             self._activity = ("step", time.monotonic())
@@ -173,6 +175,7 @@ class Session:
         if exc[0] is None and self.rank == 0:
             self._progress.report(self.step, self._loss, self.world_size, self._total, final=True)
         self._progress.close()
+        self.process_group.configure(None, 0, 1)
         if self.context is not None and dist.is_initialized():
             dist.destroy_process_group()
         if self._follower is not None:
@@ -186,19 +189,39 @@ class Session:
         flat = torch.cat([g.reshape(-1) for g in grads] + [torch.zeros(1, dtype=grads[0].dtype)])
         if self.context is None:
             dist.all_reduce(flat)
-        else:
-            flat[-1] = float(self._round_is_over())
-            _, failed = self._communicate(lambda: dist.all_reduce(flat))
-            if failed is not None and not self._round_is_over():
-                self._mark(self.assignment.round, broken=True)  # tell the agent: maybe nobody will report it
-            if failed is not None or flat[-1].item() > 0:
-                self._recover(f"collective failed: {failed}" if failed else "the round ended")
-                return False
+        elif not self._gate(flat):
+            return False
         flat[:-1].div_(self.world_size)
         offset = 0
         for g in grads:
             g.copy_(flat[offset : offset + g.numel()].view_as(g))
             offset += g.numel()
+        return True
+
+    def should_commit(self) -> bool:
+        """After the backward pass of a module built on `process_group` (`elastic.train.DistributedDataParallel`):
+        True when this step's reductions went through on every rank of the current round, the same answer on
+        every rank (one small all-reduce, the commit gate). False: the membership changed, the step is dropped
+        on every rank and the session is in the next round (apply nothing; run step `session.step` again).
+        Under any other launcher a failed reduction raises, and the launcher restarts the worker."""
+        if self.context is None:
+            if self.process_group.error is not None:
+                raise RuntimeError(f"a collective of step {self.step} failed: {self.process_group.error}")
+            return True
+        return self._gate(torch.zeros(1))
+
+    def _gate(self, flat: torch.Tensor) -> bool:
+        """All-reduce `flat`, whose last element this rank sets to 1 if it saw the round end or a reduction of
+        this step fail: every rank reads the same sum, so every rank commits the step or every rank drops it
+        (and recovers into the next round)."""
+        flat[-1] = float(self._round_is_over() or self.process_group.error is not None)
+        _, failed = self._communicate(lambda: dist.all_reduce(flat))
+        broken = failed or self.process_group.error
+        if broken is not None and not self._round_is_over():
+            self._mark(self.assignment.round, broken=True)  # tell the agent: maybe nobody will report it
+        if broken is not None or flat[-1].item() > 0:
+            self._recover(f"collective failed: {broken}" if broken else "the round ended")
+            return False
         return True
 
     def commit(self, loss: float | None = None) -> None:
@@ -232,7 +255,7 @@ class Session:
         self._activity = ("idle", time.monotonic())  # not a step any more: the hang deadline does not apply
         print(f"elastic.train: rank {self.rank} leaves round {self.assignment.round} at step {self.step}: {why}",
               file=sys.stderr, flush=True)
-        _drop_group()
+        self._drop_group()
         self.recoveries += 1
         self._join(self.assignment.round)
 
@@ -248,7 +271,7 @@ class Session:
             formed, failed = self._communicate(functools.partial(self._form_group, found))
             if failed is None:
                 break
-            _drop_group()
+            self._drop_group()
             if not round_over(self._follower.state(), found.round):
                 # The round holds but its group cannot form: a failure, for the agent to report.
                 raise RuntimeError(f"round {found.round}: the process group could not form: {failed}")
@@ -326,7 +349,13 @@ class Session:
         assert self._follower is not None
         dist.init_process_group("gloo", store=self._follower.group_store(found.round), rank=found.rank,
                                 world_size=found.world_size, timeout=self.timeout)  # fmt: skip
+        self.process_group.configure(dist.group.WORLD, found.rank, found.world_size)
         return time.monotonic(), self._exchange_state()
+
+    def _drop_group(self) -> None:
+        """Let the round's group go: from the session's lasting group too (see `_drop_group`)."""
+        self.process_group.configure(None, 0, 1)
+        _drop_group()
 
     def _communicate(self, action: Callable[[], T]) -> tuple[T | None, str | None]:
         """Run a collective step; a communication failure comes back as its first line, never as the error

@@ -1,0 +1,122 @@
+"""A process group that outlives its rounds: the object a DDP module keeps, whose backend is each round's.
+
+torch's modules bind their process group once (DDP's reducer at construction). In place, the group changes
+at every membership change, so the module gets this one: a `torch.distributed.ProcessGroup` whose collectives
+go to the current round's group, swapped under the same Python object by the session (`configure`) when it
+joins a round. Errors come back as values (borrowed from torchft's `ProcessGroup`): a collective that fails as
+a peer dies completes with its input unchanged and records the error, so a DDP backward finishes on every
+survivor instead of raising deep in the reducer; the session's commit gate (`Session.should_commit`) then
+drops the step on every rank and re-forms the group. After a failure, every collective of the round is
+skipped the same way: the round is over for this rank.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+BACKEND_NAME = "elastic-round"
+# What a collective raises as a peer dies (or its round's store goes away).
+COMMUNICATION_ERRORS = (RuntimeError, dist.DistError)
+
+
+class DoneWork(dist.Work):
+    """A collective's handle whose future holds a value already, or the value of a future that swallowed its
+    error (what DDP's reducer waits on)."""
+
+    def __init__(self, future: torch.futures.Future[Any]) -> None:
+        super().__init__()
+        self._future = future
+
+    def wait(self, timeout: Any = None) -> bool:
+        self._future.wait()
+        return True
+
+    def get_future(self) -> torch.futures.Future[Any]:
+        return self._future
+
+
+class RoundGroup(dist.ProcessGroup):
+    """The current round's group behind one lasting object (see the module docstring)."""
+
+    def __init__(self) -> None:
+        super().__init__(0, 1)
+        self._inner: dist.ProcessGroup | None = None
+        self._rank, self._size = 0, 1
+        self.error: str | None = None  # the first collective failure of this round, as a line
+        self._modules: weakref.WeakSet[Any] = weakref.WeakSet()  # DDP modules built on this group
+
+    def attach(self, module: Any) -> None:
+        """A DDP module built on this group: reset at every new round (see `configure`)."""
+        self._modules.add(module)
+
+    def configure(self, inner: dist.ProcessGroup | None, rank: int, size: int) -> None:
+        """Use `inner` (the round's group) from now on; None lets the old group go (its sockets close only once
+        nothing references it, which is what makes peers stuck in it fail at once).
+
+        Every DDP module built on this group is reset for the new round (torch's `_update_process_group`):
+        its reducer forgets a backward the old round cut short, and it rebuilds its buckets after its next
+        backward, as a module built in this round (a replacement's) does, so that their bucket layouts and
+        the collective that settles them meet."""
+        self._inner, self._rank, self._size, self.error = inner, rank, size, None
+        if inner is not None:
+            for module in list(self._modules):
+                module._update_process_group(self)
+
+    def rank(self) -> int:
+        return self._rank
+
+    def size(self) -> int:
+        return self._size
+
+    def getBackendName(self) -> str:
+        return BACKEND_NAME
+
+    def allreduce(self, tensors: list[torch.Tensor], opts: Any = None) -> dist.Work:
+        return self._run(lambda inner: inner.allreduce(tensors, *_given(opts)), tensors)
+
+    def broadcast(self, tensors: list[torch.Tensor], opts: Any = None) -> dist.Work:
+        return self._run(lambda inner: inner.broadcast(tensors, *_given(opts)), tensors)
+
+    def allgather(self, outputs: list[list[torch.Tensor]], inputs: list[torch.Tensor], opts: Any = None) -> dist.Work:
+        return self._run(lambda inner: inner.allgather(outputs, inputs, *_given(opts)), outputs)
+
+    def barrier(self, opts: Any = None) -> dist.Work:
+        return self._run(lambda inner: inner.barrier(*_given(opts)), [])
+
+    def _run(self, collective: Callable[[dist.ProcessGroup], dist.Work], result: Any) -> dist.Work:
+        if self._inner is None or self.error is not None:
+            return _done(result)
+        try:
+            work = collective(self._inner)
+        except COMMUNICATION_ERRORS as err:
+            self._failed(err)
+            return _done(result)
+
+        def value_or_input(future: torch.futures.Future[Any]) -> Any:
+            try:
+                return future.value()
+            except COMMUNICATION_ERRORS as err:
+                self._failed(err)
+                return result
+
+        return DoneWork(work.get_future().then(value_or_input))
+
+    def _failed(self, err: BaseException) -> None:
+        if self.error is None:
+            lines = str(err).strip().splitlines()
+            self.error = lines[0][:200] if lines else type(err).__name__
+
+
+def _given(opts: Any) -> tuple[Any, ...]:
+    return () if opts is None else (opts,)
+
+
+def _done(value: Any) -> DoneWork:
+    future: torch.futures.Future[Any] = torch.futures.Future()
+    future.set_result(value)
+    return DoneWork(future)
