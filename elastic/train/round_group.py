@@ -12,6 +12,7 @@ skipped the same way: the round is over for this rank.
 
 from __future__ import annotations
 
+import threading
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -49,6 +50,18 @@ class RoundGroup(dist.ProcessGroup):
         self._rank, self._size = 0, 1
         self.error: str | None = None  # the first collective failure of this round, as a line
         self._modules: weakref.WeakSet[Any] = weakref.WeakSet()  # DDP modules built on this group
+        self._pending = 0  # collectives started and not yet completed (the hang watchdog reads it)
+        self._pending_lock = threading.Lock()
+
+    @property
+    def pending(self) -> bool:
+        """Whether a collective is in flight: a DDP backward waiting on one is waiting on its peers, which the
+        hang watchdog must judge as a collective, not as this worker's own step hanging."""
+        return self._pending > 0
+
+    def _count(self, change: int) -> None:
+        with self._pending_lock:
+            self._pending += change
 
     def attach(self, module: Any) -> None:
         """A DDP module built on this group: reset at every new round (see `configure`)."""
@@ -91,13 +104,16 @@ class RoundGroup(dist.ProcessGroup):
     def _run(self, collective: Callable[[dist.ProcessGroup], dist.Work], result: Any) -> dist.Work:
         if self._inner is None or self.error is not None:
             return _done(result)
+        self._count(+1)
         try:
             work = collective(self._inner)
         except COMMUNICATION_ERRORS as err:
+            self._count(-1)
             self._failed(err)
             return _done(result)
 
         def value_or_input(future: torch.futures.Future[Any]) -> Any:
+            self._count(-1)
             try:
                 return future.value()
             except COMMUNICATION_ERRORS as err:

@@ -386,6 +386,8 @@ class Session:
             kind, since = self._activity
             if kind == "idle" or self.assignment is None:
                 continue
+            if kind == "step" and self.process_group.pending:
+                kind = "collective"  # a DDP backward waiting on its peers: theirs to report, not this worker's
             if since != measured_since:
                 cpu_wait.restart()  # up to one tick late: a wait before it counts as progress, never as a hang
                 measured_since = since
