@@ -100,7 +100,9 @@ def test_every_sample_of_every_epoch_is_read_once_across_a_crash_a_loss_a_scale_
     draw = random.Random(seed)
     crash_at = draw.randint(15, 40)
     final = tmp_path / "final.pt"
-    job = in_place_job("2:4", ["--steps", str(TOTAL), "--step-seconds", "0.03", "--hidden", str(HIDDEN),
+    # 0.06 s a step: a newcomer's agent takes seconds to start and join, and at 0.03 s a step the run had
+    # reached its last steps before the scale-up's round formed, leaving no steps for the scale-down.
+    job = in_place_job("2:4", ["--steps", str(TOTAL), "--step-seconds", "0.06", "--hidden", str(HIDDEN),
                                "--dataset-size", str(DATASET), "--batch-size", str(BATCH), "--seed", str(seed),
                                "--dtype", "float64", "--log-samples", "--crash-at-step", str(crash_at),
                                "--crash-marker", str(tmp_path / "crashed"), "--save-final", str(final)])
