@@ -8,6 +8,7 @@ and the budget is charged once per incident (a scale-up not at all).
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import signal
@@ -80,7 +81,11 @@ def in_place_job(etcd_server: EtcdServer, tmp_path: Path, request: pytest.Fixtur
     made: list[InPlaceJob] = []
 
     def make(nnodes: str, script_args: list[str], **kwargs: Any) -> InPlaceJob:
-        name, root = request.node.name.replace("_", "-")[:40].strip("-"), tmp_path
+        full = request.node.name.replace("_", "-").replace("[", "-").replace("]", "")
+        # A run id is at most 40 characters: a longer name keeps a digest of the rest (parametrized cases differ
+        # only at their end, and each must be a run of its own).
+        name = full if len(full) <= 40 else f"{full[:33].strip('-')}-{hashlib.sha1(full.encode()).hexdigest()[:6]}"
+        root = tmp_path
         if made:  # a test's second job is a run of its own, with its own logs
             name = f"{name[:36]}-{len(made)}"
             root = tmp_path / name
@@ -115,9 +120,13 @@ def worker_pid(agent: AgentProcess) -> int:
     return agent.worker_pids()[0]
 
 
-def test_a_worker_crash_keeps_the_survivors_and_hands_state_to_the_replacement(in_place_job, tmp_path) -> None:
+@pytest.mark.parametrize("reduction", [[], ["--ddp"]], ids=["session-allreduce", "ddp-module"])
+def test_a_worker_crash_keeps_the_survivors_and_hands_state_to_the_replacement(
+    in_place_job, tmp_path, reduction: list[str]
+) -> None:
+    """Whether the script averages through the session or builds a DDP module on its group (issue 45)."""
     total = 120
-    job = in_place_job("2:3", ["--steps", str(total), "--step-seconds", "0.02", "--crash-at-step", "60",
+    job = in_place_job("2:3", [*reduction, "--steps", str(total), "--step-seconds", "0.02", "--crash-at-step", "60",
                                "--crash-marker", str(tmp_path / "crashed")])
     agents = [job.add_agent() for _ in range(2)]
     assert wait_until(lambda: len(job.steps()) > 5, 90), job.logs()
