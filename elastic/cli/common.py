@@ -23,6 +23,12 @@ from elastic.store.auth import ENV_VARS, FLAGS
 ETCD_ENV = "ELASTIC_ETCD"
 
 
+def say(line: str) -> None:
+    """A line for the person at the terminal that is not the command's output (an etcd outage's start and
+    end): on stderr, at once, so that it shows above a live view."""
+    print(line, file=sys.stderr, flush=True)
+
+
 def add_etcd_option(parser: argparse.ArgumentParser, starts_one: bool = False) -> None:
     """`--etcd`: default $ELASTIC_ETCD, else this machine's local etcd (cli/local_etcd.py), looked up when the
     command connects (not when the parser is built: `--help` and `--version` read no file). `starts_one`:

@@ -18,6 +18,7 @@ from typing import Protocol
 from rich.console import Console
 from rich.live import Live
 
+from elastic.cli.common import say
 from elastic.cli.live_state import LiveState, advance, snapshot
 from elastic.cli.live_view import event_line, render, status_line
 from elastic.store import Entry, JobKeys, PrefixWatch, Store, WatchEvent
@@ -84,7 +85,7 @@ class JobFollower:
     """Feeds every revision of one job's keys to a sink, from a snapshot and a watch that resumes after it."""
 
     def __init__(self, store: Store, keys: JobKeys, sink: Sink, clock: Callable[[], float] = time.time,
-                 say: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True)) -> None:
+                 say: Callable[[str], None] = say) -> None:
         self.say = say
         self.store = store
         self.keys = keys

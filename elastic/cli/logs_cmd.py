@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-from elastic.cli.common import add_etcd_option, connect, whole_number
+from elastic.cli.common import add_etcd_option, connect, say, whole_number
 from elastic.cli.runs import find_run
 from elastic.cli.show import require_job
 from elastic.controller.inspect import JobReport, WorkerLog, read_report, tail, worker_of
@@ -40,7 +40,7 @@ def register(verbs: argparse._SubParsersAction) -> None:
 def logs_cmd(args: argparse.Namespace) -> int:
     keys = JobKeys.parse(args.job)
     # `-f` runs on: it waits for etcd (said once) rather than exiting, from its first read on.
-    outage = Outage("logs -f", say=lambda line: print(line, file=sys.stderr, flush=True))
+    outage = Outage("logs -f", say=say)
     with connect(args) as store:
         read = lambda: _report(store, keys, args.etcd)  # noqa: E731 (read once here, and again and again with -f)
         report = outage.call(read) if args.follow else read()

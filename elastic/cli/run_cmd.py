@@ -21,6 +21,7 @@ from elastic.cli.common import (
     connect,
     format_status_line,
     process_cap,
+    say,
     whole_number,
 )
 from elastic.cli.live_watch import Following
@@ -141,7 +142,7 @@ def _run_job(
         view = Following(store, keys, args.no_tty)
         # One acting controller per etcd: if an `elastic controller` leads, it runs the job and we follow.
         election = Election(store, role="run", on_change=lambda line: print(line, flush=True))
-        runner = LocalJobRunner(store, job, endpoints, log_dir, election, cap, metrics, say=_say)
+        runner = LocalJobRunner(store, job, endpoints, log_dir, election, cap, metrics, say=say)
         status = runner.run_until_done()
         cause = [] if status.get("phase") == "Succeeded" else root_cause_lines(read_report(store, job))
     except (KeyboardInterrupt, BrokenPipeError) as stop:
@@ -171,11 +172,6 @@ def _run_job(
     for line in cause:
         print(line, file=sys.stderr)
     return 1
-
-
-def _say(line: str) -> None:
-    """A line for the person watching (an etcd outage's start and end), above the live view."""
-    print(line, file=sys.stderr, flush=True)
 
 
 def _local_etcd() -> str:

@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from collections.abc import Sequence
 from typing import Any
 
 import yaml
 
-from elastic.cli.common import add_etcd_option, add_no_tty_option, connect
+from elastic.cli.common import add_etcd_option, add_no_tty_option, connect, say
 from elastic.cli.live_watch import JobFollower, make_sink
 from elastic.cli.runs import RunReport, find_run, list_runs, read_run, run_object
 from elastic.cli.show import age, columns, require_job, root_cause_lines
@@ -53,7 +52,7 @@ def watch_cmd(args: argparse.Namespace) -> int:
     keys = JobKeys.parse(args.job)
     with connect(args) as store:
         # A view that runs on waits for etcd (said once) rather than exiting, from its first read on.
-        outage = Outage("status -w", say=lambda line: print(line, file=sys.stderr, flush=True))
+        outage = Outage("status -w", say=say)
         if outage.call(lambda: find_run(store, keys)) is None:  # a torchrun run is followed as a job is
             outage.call(lambda: require_job(store, keys, args.etcd))
         sink = make_sink(args.no_tty)

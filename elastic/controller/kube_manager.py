@@ -36,14 +36,14 @@ from elastic.controller.machinery.lease_election import LEASE_NAME, KubernetesLe
 from elastic.controller.machinery.workqueue import WorkQueue
 from elastic.controller.metrics_export import ControllerMetrics
 from elastic.controller.status import FINAL_PHASES
-from elastic.errors import ElasticError, NotLeaderError, PermanentError, StoreUnreachableError
+from elastic.errors import ElasticError, NotLeaderError, PermanentError
 from elastic.policy.bounds import clamp_replicas
 from elastic.spec import ElasticJob, parse_job
 from elastic.spec.crd import GROUP, PLURAL, VERSION
 from elastic.store import Delete, JobKeys, ModRevisionIs, Put, Store
 from elastic.store.fenced import FencedStore
 from elastic.store.keys import controller_leader_key
-from elastic.store.outage import RETRY_SECONDS, Outage
+from elastic.store.outage import Outage
 
 log = logging.getLogger(__name__)
 
@@ -212,15 +212,9 @@ class KubernetesControllerManager:
 
     def step_through_outages(self, wait: float = 0.0) -> bool:
         """One pass, as `run_forever` takes them: etcd away is a wait, said once (`self.outage`), never an exit
-        (the API server's own outages are the informers' and the bounded requests' to ride out)."""
-        try:
-            acted = self.step(wait)
-        except StoreUnreachableError as err:
-            self.outage.began(err)
-            time.sleep(RETRY_SECONDS)
-            return False
-        self.outage.ended()
-        return acted
+        (the API server's own outages are the informers' and the bounded requests' to ride out); the pass is
+        taken again once etcd answers."""
+        return self.outage.call(lambda: self.step(wait))
 
     # --- passes ---
 

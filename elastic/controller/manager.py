@@ -32,7 +32,7 @@ from elastic.spec import ElasticJob
 from elastic.spec.names import job_name_for
 from elastic.store import JobKeys, Store
 from elastic.store.fenced import FencedStore
-from elastic.store.outage import RETRY_SECONDS, Outage
+from elastic.store.outage import Outage
 
 log = logging.getLogger(__name__)
 
@@ -125,13 +125,7 @@ class LocalControllerManager:
         outage = Outage("the controller")
         try:
             while True:
-                try:
-                    self.step(on_status, wait=ELECTION_SECONDS)
-                except StoreUnreachableError as err:
-                    outage.began(err)
-                    time.sleep(RETRY_SECONDS)
-                    continue
-                outage.ended()
+                outage.call(lambda: self.step(on_status, wait=ELECTION_SECONDS))
         finally:
             events.close()
             self.election.resign()
@@ -245,25 +239,24 @@ class LocalJobRunner:
         happened meanwhile is decided when etcd answers again (a step is level-triggered, so one cut short
         by the outage is simply taken again)."""
         while True:
-            try:
-                status = self.step()
-                if on_status is not None and status:
-                    on_status(status)
-                done = self.done(status)
-                if done:
-                    try:
-                        if self.controller is not None:
-                            self.controller.finish()
-                    except NotLeaderError as err:  # deposed at the very end: the new leader finishes
-                        log.warning("%s", err)
-            except StoreUnreachableError as err:
-                self.outage.began(err)
-                time.sleep(RETRY_SECONDS)
-                continue
-            self.outage.ended()
+            status, done = self.outage.call(lambda: self._step_and_finish(on_status))
             if done:
                 return status
             time.sleep(period)
+
+    def _step_and_finish(self, on_status: Callable[[dict[str, Any]], None] | None) -> tuple[dict[str, Any], bool]:
+        """One step, shown; when it leaves the job done, finish it (stop what runs, final status)."""
+        status = self.step()
+        if on_status is not None and status:
+            on_status(status)
+        done = self.done(status)
+        if done:
+            try:
+                if self.controller is not None:
+                    self.controller.finish()
+            except NotLeaderError as err:  # deposed at the very end: the new leader finishes
+                log.warning("%s", err)
+        return status, done
 
     def wind_down(self, closed: Closed) -> dict[str, Any]:
         """Close the job (unless it is closed already) and, while this process leads, stop its workers and

@@ -2,8 +2,9 @@
 anything is sent, calls retried within one bound, and one readable error when etcd is really gone.
 
 Two wires derive from it: `client.Store` (gRPC, with one multiplexed watch stream and one keep-alive stream
-per connection: agents, controllers) and `gateway.GatewayStore` (etcd's HTTP/JSON gateway over plain sockets:
-the training process, which forks and so must hold no gRPC; docs/design.md, "Fork safety").
+per connection: controllers, the CLI, the scale benchmark) and `gateway.GatewayStore` (etcd's HTTP/JSON
+gateway over plain sockets: agents and training processes, which fork or run inside programs that fork, and so
+must hold no gRPC; docs/design.md §3.21).
 """
 
 from __future__ import annotations

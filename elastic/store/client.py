@@ -1,8 +1,9 @@
-"""The etcd v3 client wrapper over gRPC: what agents and controllers talk to etcd with.
+"""The etcd v3 client wrapper over gRPC: what controllers and the CLI talk to etcd with.
 
 Built on `etcd-sdk-python` (module `pyetcd`, the maintained fork of `etcd3` that imports with today's
 protobuf). Nothing outside this package imports `pyetcd`, so the client can be swapped. A process that forks
-(a training process) uses `gateway.GatewayStore` instead, the same calls over etcd's HTTP/JSON gateway.
+(an agent, a training process) uses `gateway.GatewayStore` instead, the same calls over etcd's HTTP/JSON
+gateway.
 
 Why a wrapper at all: callers want JSON values, compare-and-set keyed on mod revision, bounded retries of
 transient failures and one readable error when etcd is really gone, not a gRPC stack dump.

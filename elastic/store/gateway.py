@@ -28,9 +28,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from elastic.errors import StoreUnavailableError
-from elastic.store.auth import EtcdAuth, StoreAccessError, setting_name
+from elastic.store.auth import StoreAccessError, setting_name
 from elastic.store.base import StoreBase
-from elastic.store.endpoints import EndpointAddress
 from elastic.store.ops import (
     Compare,
     Delete,
@@ -93,13 +92,19 @@ class GatewayStore(StoreBase):
         self._endpoint = 0  # index into addresses of the endpoint new connections go to
         self._token: str | None = None
         self._closed = False
+        # One TLS context for every connection (reading the files once), made on the first https connection.
+        self._tls: ssl.SSLContext | None = None
 
     # --- connections ---
 
     def _new_connection(self, timeout: float | None) -> http.client.HTTPConnection:
         with self._pool_lock:
             address = self.addresses[self._endpoint % len(self.addresses)]
-        return _connect(address, self.auth, timeout)
+        if not address.secure:
+            return http.client.HTTPConnection(address.host, address.port, timeout=timeout)
+        if self._tls is None:
+            self._tls = self.auth.ssl_context()
+        return http.client.HTTPSConnection(address.host, address.port, timeout=timeout, context=self._tls)
 
     def _fail_endpoint(self) -> None:
         """The endpoint in use did not answer: new connections go to the next one."""
@@ -130,36 +135,46 @@ class GatewayStore(StoreBase):
         return self._token
 
     def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
-        """One request (one attempt), on a pooled connection; a pooled connection the server had closed
-        meanwhile is replaced once at no cost."""
+        """One request (one attempt), signed in as the auth settings say."""
+        return self._exchange(path, body, self._headers())
+
+    def _exchange(self, path: str, body: dict[str, Any], headers: dict[str, str]) -> dict[str, Any]:
+        """One request on a pooled connection; a pooled connection the server had closed meanwhile is replaced
+        once at no cost, a new one that fails marks its endpoint failed."""
+        payload = json.dumps(body)
+        pooled = self._take()
+        if pooled is not None:
+            try:
+                return self._send(pooled, path, payload, headers)
+            except (OSError, http.client.HTTPException):
+                pass  # a kept-alive connection etcd closed: once more on a new one
         try:
-            return self._exchange(path, body, self._headers())
-        except GatewayRefusalError:
+            return self._send(self._new_connection(self.timeout), path, payload, headers)
+        except (OSError, http.client.HTTPException) as err:
+            self._fail_endpoint()
+            raise GatewayUnreachableError(f"{type(err).__name__}: {err}") from err
+
+    def _send(self, connection: http.client.HTTPConnection, path: str, payload: str,
+              headers: dict[str, str]) -> dict[str, Any]:
+        try:
+            connection.request("POST", path, body=payload, headers=headers)
+            response = connection.getresponse()
+            data = response.read()
+        except BaseException:
+            connection.close()
             raise
+        self._give_back(connection)
+        return self.answer(response.status, data)
+
+    def answer(self, status: int, data: bytes) -> dict[str, Any]:
+        """An answer as JSON, or the error it carries (`_answer`); an expired sign-in is forgotten here, for
+        calls and watches alike, so that the retry signs in again."""
+        try:
+            return _answer(status, data)
         except GatewayUnreachableError as err:
             if "invalid auth token" in str(err):
                 self._token = None
             raise
-
-    def _exchange(self, path: str, body: dict[str, Any], headers: dict[str, str]) -> dict[str, Any]:
-        payload = json.dumps(body)
-        pooled = self._take()
-        for connection in (pooled, None) if pooled is not None else (None,):
-            fresh = connection is None
-            connection = connection or self._new_connection(self.timeout)
-            try:
-                connection.request("POST", path, body=payload, headers=headers)
-                response = connection.getresponse()
-                data = response.read()
-            except (OSError, http.client.HTTPException) as err:
-                connection.close()
-                if not fresh:
-                    continue  # a kept-alive connection etcd closed: try once on a new one
-                self._fail_endpoint()
-                raise GatewayUnreachableError(f"{type(err).__name__}: {err}") from err
-            self._give_back(connection)
-            return _answer(response.status, data)
-        raise AssertionError("unreachable")  # pragma: no cover - the last try returns or raises
 
     def _new_watch_hub(self) -> GatewayWatchHub:
         return GatewayWatchHub(self)
@@ -184,10 +199,11 @@ class GatewayStore(StoreBase):
         assert isinstance(err, GatewayRefusalError)
         if COMMON_NAME_REFUSED in err.message:
             return StoreAccessError(
-                f"etcd at {self.endpoints_text} refused {what}: {err.message}: a training process reaches etcd "
-                "through its HTTP gateway, where etcd takes no user from a client certificate and refuses one that "
-                f"names a user; give the workers a client certificate without a CommonName ({setting_name('cert')}) "
-                "and the user's password, or no client certificate (README 'TLS and auth')")
+                f"etcd at {self.endpoints_text} refused {what}: {err.message}: agents and training processes "
+                "reach etcd through its HTTP gateway, where etcd takes no user from a client certificate and "
+                "refuses one that names a user; give the workers a client certificate without a CommonName "
+                f"({setting_name('cert')}) and the user's password, or no client certificate (README 'TLS and "
+                "auth')")
         return self.refusal(what, err.status, err.message)
 
     # --- key/value ---
@@ -325,7 +341,7 @@ class GatewayWatchHub:
                                headers=self.store._headers())
             response = connection.getresponse()
             if response.status != 200:
-                _answer(response.status, response.read())  # raises what etcd said
+                self.store.answer(response.status, response.read())  # raises what etcd said
             while line := response.readline():
                 answer = json.loads(line)
                 if "error" in answer:
@@ -350,12 +366,6 @@ class GatewayWatchHub:
 
 
 # --- the wire format: proto3 JSON, bytes as base64, 64-bit integers as strings, defaults left out ---
-
-
-def _connect(address: EndpointAddress, auth: EtcdAuth, timeout: float | None) -> http.client.HTTPConnection:
-    if address.secure:
-        return http.client.HTTPSConnection(address.host, address.port, timeout=timeout, context=auth.ssl_context())
-    return http.client.HTTPConnection(address.host, address.port, timeout=timeout)
 
 
 def _shut(connection: http.client.HTTPConnection | None) -> None:

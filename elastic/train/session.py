@@ -392,11 +392,15 @@ class Session:
                 cpu_wait.restart()  # up to one tick late: a wait before it counts as progress, never as a hang
                 measured_since = since
             wall = time.monotonic() - since
-            waited = 0.0 if kind == "collective" else cpu_wait.waited()
-            over = kind == "collective" and self._round_is_over()
             steps = list(self._step_seconds)
-            decision = verdict(runnable_elapsed(wall, waited), step_deadline(steps, self._hang),
-                               kind == "collective", over, self._hang, grace=abandon_after(steps, self._hang))
+            deadline = step_deadline(steps, self._hang)
+            # The waits cost a read of every thread's schedstat: only a step past its deadline on the wall clock
+            # can be past it in its own time, so only such a step reads them.
+            overdue = kind == "step" and deadline is not None and wall > deadline
+            waited = cpu_wait.waited() if overdue else 0.0
+            over = kind == "collective" and self._round_is_over()
+            decision = verdict(runnable_elapsed(wall, waited), deadline, kind == "collective", over, self._hang,
+                               grace=abandon_after(steps, self._hang))
             if decision is Verdict.CONTINUE:
                 continue
             code = ABANDONED_EXIT if decision is Verdict.ABANDON else HUNG_EXIT
