@@ -55,3 +55,20 @@ def advance(length: int, position: Position, world_size: int, batch_size: int) -
     """The position after a committed step at `world_size`: a finished epoch starts the next one."""
     consumed = position.consumed + step_size(length, position, world_size, batch_size)
     return Position(position.epoch + 1, 0) if consumed >= length else Position(position.epoch, consumed)
+
+
+def readable(length: int, position: Position, world_size: int) -> bool:
+    """Whether every rank reads at least one sample at the next step. A DataLoader cannot yield an empty batch
+    (a mean loss over none is NaN), so the loader (`elastic.train.DataLoader`) ends an epoch whose last
+    samples are fewer than the ranks: at most world_size - 1 samples of it are never read (torch's
+    DistributedSampler repeats samples to fill its last batch instead)."""
+    return length - position.consumed >= world_size
+
+
+def epoch_steps(length: int, position: Position, world_size: int, batch_size: int) -> list[Position]:
+    """The positions of the epoch's steps still to read from `position` if the world stays `world_size`."""
+    steps, epoch = [], position.epoch
+    while position.epoch == epoch and readable(length, position, world_size):
+        steps.append(position)
+        position = advance(length, position, world_size, batch_size)
+    return steps

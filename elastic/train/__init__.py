@@ -1,5 +1,9 @@
 """The worker's side of in-place recovery: `Session` owns the process group and hands state over.
 
+A DDP script survives in place by importing torch's calls from here instead (`elastic.train.distributed`:
+`init_process_group`, `DistributedDataParallel`, `DataLoader`, `DistributedSampler`, `epochs`); a loop
+that wants every step in its hands uses the session itself:
+
     with elastic.train.Session(state_dict, load_state_dict) as session:
         for step in session.steps(total):
             loss = model(batch(step, session.rank, session.world_size)).backward()
@@ -17,7 +21,10 @@ that importing this package and running a session imports no gRPC.
 """
 
 from elastic.train.ddp import DistributedDataParallel
+from elastic.train.distributed import current_session, destroy_process_group, epochs, init_process_group, register
+from elastic.train.loader import DataLoader, DistributedSampler
 from elastic.train.sampler import ElasticSampler
 from elastic.train.session import Session
 
-__all__ = ["DistributedDataParallel", "ElasticSampler", "Session"]
+__all__ = ["DataLoader", "DistributedDataParallel", "DistributedSampler", "ElasticSampler", "Session",
+           "current_session", "destroy_process_group", "epochs", "init_process_group", "register"]

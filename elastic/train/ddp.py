@@ -1,5 +1,10 @@
 """torch's DistributedDataParallel, kept alive in place across membership changes.
 
+    model = elastic.train.DistributedDataParallel(model)      # after elastic.train.init_process_group()
+
+(the drop-in calls, `elastic.train.distributed`: the module joins the job's state as "model" and its
+optimizer's `step()` is gated), or in a `Session` loop:
+
     model = elastic.train.DistributedDataParallel(model, process_group=session.process_group)
     for step in session.steps(total):
         loss_fn(model(batch)).backward()          # DDP's own bucketed, overlapped all-reduce
@@ -31,14 +36,20 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as TorchDistributedDataParallel
 
+from elastic.train.distributed import current_session, join, unique_name
 from elastic.train.round_group import RoundGroup
 
 
 class DistributedDataParallel(TorchDistributedDataParallel):
-    def __init__(self, module: torch.nn.Module, *args: Any, process_group: RoundGroup, **kwargs: Any) -> None:
+    def __init__(self, module: torch.nn.Module, *args: Any, process_group: RoundGroup | None = None,
+                 **kwargs: Any) -> None:
+        if process_group is None:  # the drop-in calls: the session of `elastic.train.init_process_group`
+            session = current_session()
+            session.register(unique_name(session, "model", module), module)
+            process_group = join().process_group
         if not isinstance(process_group, RoundGroup):
             raise TypeError("elastic.train.DistributedDataParallel: pass process_group=session.process_group (the "
-                            f"group that outlives rounds), not a {type(process_group).__name__}")
+                            f"group that outlives rounds) or leave it unset, not a {type(process_group).__name__}")
         if kwargs.get("static_graph") or kwargs.get("find_unused_parameters") is False:
             raise ValueError("elastic.train.DistributedDataParallel: static_graph=True and "
                              "find_unused_parameters=False let torch re-lay its buckets after the first step, "

@@ -67,6 +67,10 @@ class RoundGroup(dist.ProcessGroup):
         """A DDP module built on this group: reset at every new round (see `configure`)."""
         self._modules.add(module)
 
+    def parameters(self) -> list[torch.nn.Parameter]:
+        """The parameters of the DDP modules built on this group (the optimizer gate finds their optimizer)."""
+        return [p for module in list(self._modules) for p in module.parameters()]
+
     def configure(self, inner: dist.ProcessGroup | None, rank: int, size: int) -> None:
         """Use `inner` (the round's group) from now on; None lets the old group go (its sockets close only once
         nothing references it, which is what makes peers stuck in it fail at once).

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from elastic.policy.sharding import Position, advance, epoch_order, rank_span, step_size
+from elastic.policy.sharding import Position, advance, epoch_order, rank_span, readable, step_size
 
 
 class ElasticSampler:
@@ -48,8 +48,12 @@ class ElasticSampler:
 
     def indices(self, rank: int, world_size: int) -> list[int]:
         """The dataset indices `rank` reads at the next step in a world of `world_size`."""
-        start, stop = rank_span(self.length, self.position, world_size, self.batch_size, rank)
-        return self._epoch_order()[start:stop]
+        return self.indices_at(self.position, rank, world_size)
+
+    def indices_at(self, position: Position, rank: int, world_size: int) -> list[int]:
+        """The dataset indices `rank` reads at the step at `position` in a world of `world_size`."""
+        start, stop = rank_span(self.length, position, world_size, self.batch_size, rank)
+        return self._epoch_order(position.epoch)[start:stop]
 
     def step_samples(self, world_size: int) -> int:
         """Samples the whole job reads at the next step in a world of `world_size`: what a loss summed over a
@@ -60,6 +64,19 @@ class ElasticSampler:
     def advance(self, world_size: int) -> None:
         """A step at `world_size` was committed (the session calls this from `commit`)."""
         self.position = advance(self.length, self.position, world_size, self.batch_size)
+
+    def start_epoch(self, epoch: int) -> None:
+        """The script asks for `epoch` (`set_epoch`): a later epoch than the position's starts it from its first
+        sample; the position's own epoch, or an earlier one, leaves the position as it is (a replacement's loop
+        asks for the epoch its survivors are in the middle of)."""
+        if epoch > self.position.epoch:
+            self.position = Position(epoch, 0)
+
+    def end_unreadable_epoch(self, world_size: int) -> None:
+        """Move to the next epoch when fewer samples are left than ranks (`elastic.policy.sharding.readable`):
+        the same on every rank, since it depends on the committed position and the round's size only."""
+        if not readable(self.length, self.position, world_size):
+            self.position = Position(self.position.epoch + 1, 0)
 
     def state_dict(self) -> dict[str, Any]:
         return {"epoch": self.position.epoch, "consumed": self.position.consumed, "length": self.length,
@@ -78,8 +95,7 @@ class ElasticSampler:
                              f"a dataset of {self.length}")
         self.position = Position(epoch, consumed)
 
-    def _epoch_order(self) -> list[int]:
-        if self._order is None or self._order[0] != self.position.epoch:
-            self._order = (self.position.epoch, epoch_order(self.length, self.seed, self.position.epoch,
-                                                            self.shuffle))
+    def _epoch_order(self, epoch: int) -> list[int]:
+        if self._order is None or self._order[0] != epoch:
+            self._order = (epoch, epoch_order(self.length, self.seed, epoch, self.shuffle))
         return self._order[1]

@@ -91,13 +91,12 @@ class Session:
             raise TypeError("Session: state_dict and load_state_dict go together (one saves what the other loads)")
         self._state_dict = state_dict
         self._load_state_dict = load_state_dict
-        self._objects = dict(state or {})
-        for name, obj in self._objects.items():
-            stateful = hasattr(obj, "state_dict") and hasattr(obj, "load_state_dict")
-            if not (isinstance(obj, torch.Tensor) or stateful):
-                raise TypeError(f"Session: state[{name!r}] is a {type(obj).__name__}, which has no state_dict() and "
-                                "load_state_dict(): register a model, optimizer, scheduler, sampler or tensor, or "
-                                "pass it through the state_dict/load_state_dict callables")
+        self._objects: dict[str, Any] = {}
+        # What a peer sent for names this process has not registered yet (a drop-in script registers its
+        # optimizer at its first step): loaded when they are registered.
+        self._unclaimed: dict[str, Any] = {}
+        for name, obj in (state or {}).items():
+            self.register(name, obj)
         self._rng = rng
         self.step = step
         self.timeout = timeout
@@ -117,6 +116,9 @@ class Session:
         self._total: int | None = None
         self._loss: float | None = None
         self._hang = HangSettings()
+        # ELASTIC_LOG_STEPS=1: rank 0 logs each committed step, its round, world size and data position (a
+        # run's record: tests replay it, and it says which steps a membership change dropped).
+        self._log_steps = os.environ.get("ELASTIC_LOG_STEPS") == "1"
         self._heartbeat: Heartbeat | None = None
         if self.context is not None:
             self._hang = HangSettings(factor=self.context.hang_factor, floor_seconds=self.context.hang_floor_seconds)
@@ -154,6 +156,29 @@ class Session:
         return self.assignment.round if self.assignment else int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
 
     # --- the loop's calls ---
+
+    def register(self, name: str, obj: Any) -> None:
+        """Add `obj` to the job's state under `name` (what `state=` does at construction). Registered after the
+        session joined, it takes what a peer sent under that name, if anything: a replacement's optimizer that
+        the drop-in calls (`elastic.train.init_process_group`) find at its first step gets the survivors' state."""
+        stateful = hasattr(obj, "state_dict") and hasattr(obj, "load_state_dict")
+        if not (isinstance(obj, torch.Tensor) or stateful):
+            raise TypeError(f"Session: state[{name!r}] is a {type(obj).__name__}, which has no state_dict() and "
+                            "load_state_dict(): register a model, optimizer, scheduler, sampler or tensor, or "
+                            "pass it through the state_dict/load_state_dict callables")
+        self._objects[name] = obj
+        if name in self._unclaimed:
+            _load_object(obj, self._unclaimed.pop(name))
+
+    def registered(self, name: str) -> Any | None:
+        """What is registered under `name`, if anything."""
+        return self._objects.get(name)
+
+    @property
+    def joined(self) -> bool:
+        """Whether the session has a group (it joins at `with session:`, or at the first use of the drop-in
+        calls)."""
+        return self.assignment is not None or (self.context is None and self._holds_state)
 
     def __enter__(self) -> Session:
         if self.context is None:
@@ -229,10 +254,14 @@ class Session:
         the step (and `loss`, if given) to the job's progress key, at most once a second."""
         now = time.monotonic()
         self._step_seconds.append(now - self._activity[1])
+        samplers = [obj for obj in self._objects.values() if isinstance(obj, ElasticSampler)]
+        if self._log_steps and self.rank == 0:
+            read = " ".join(f"epoch={s.position.epoch} consumed={s.position.consumed}" for s in samplers[:1])
+            print(f"elastic.train: committed step={self.step} round={self.round} world_size={self.world_size} {read}",
+                  file=sys.stderr, flush=True)
         self.step += 1
-        for obj in self._objects.values():
-            if isinstance(obj, ElasticSampler):
-                obj.advance(self.world_size)
+        for sampler in samplers:
+            sampler.advance(self.world_size)
         self._activity = ("step", now)
         if self.rank == 0:
             self._loss = loss if loss is not None else self._loss
@@ -320,10 +349,8 @@ class Session:
                            f"{', '.join(sorted(objects)) or 'no registered objects'}); register the same names "
                            "as the run that saved it")
         for name, obj in self._objects.items():
-            if isinstance(obj, torch.Tensor):
-                obj.copy_(objects[name])
-            else:
-                obj.load_state_dict(objects[name])
+            _load_object(obj, objects[name])
+        self._unclaimed = {name: value for name, value in objects.items() if name not in self._objects}
         if self._load_state_dict is not None:
             self._load_state_dict(saved["state"])
         if self._rng and "rng" in saved:
@@ -438,6 +465,13 @@ def _drop_group() -> None:
     dist.destroy_process_group()
     if group() is not None:
         gc.collect()
+
+
+def _load_object(obj: Any, saved: Any) -> None:
+    if isinstance(obj, torch.Tensor):
+        obj.copy_(saved)
+    else:
+        obj.load_state_dict(saved)
 
 
 def _first_line(err: BaseException) -> str:

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from elastic.policy.sharding import Position, advance, epoch_order, rank_span
+from elastic.policy.sharding import Position, advance, epoch_order, epoch_steps, rank_span, readable
 
 SPANS = [
     pytest.param(10, Position(0, 0), 2, 3, [(0, 3), (3, 6)], id="a full step: batch_size each, in rank order"),
@@ -70,3 +70,28 @@ def test_every_sample_once_per_epoch_across_any_sequence_of_world_sizes(length: 
     for epoch in range(position.epoch):  # every finished epoch read the whole dataset
         assert {i for (e, i) in read if e == epoch} == set(range(length))
     assert len({i for (e, i) in read if e == position.epoch}) == position.consumed
+
+
+READABLE = [
+    pytest.param(10, Position(0, 8), 2, True, id="as many left as ranks: one each"),
+    pytest.param(10, Position(0, 9), 2, False, id="fewer left than ranks: a rank would read none"),
+    pytest.param(10, Position(0, 0), 11, False, id="a world larger than the dataset reads nothing"),
+]
+
+
+@pytest.mark.parametrize(("length", "position", "world", "expected"), READABLE)
+def test_readable(length: int, position: Position, world: int, expected: bool) -> None:
+    assert readable(length, position, world) is expected
+
+
+EPOCH_STEPS = [
+    pytest.param(10, Position(0, 0), 2, 3, [Position(0, 0), Position(0, 6)], id="to the epoch's end"),
+    pytest.param(10, Position(0, 6), 2, 3, [Position(0, 6)], id="from the middle: what is left"),
+    pytest.param(10, Position(0, 0), 3, 3, [Position(0, 0)], id="an unreadable tail (1 left, 3 ranks) is not a step"),
+    pytest.param(10, Position(2, 9), 2, 3, [], id="nothing readable left: no step"),
+]
+
+
+@pytest.mark.parametrize(("length", "position", "world", "batch", "expected"), EPOCH_STEPS)
+def test_epoch_steps(length: int, position: Position, world: int, batch: int, expected: list[Position]) -> None:
+    assert epoch_steps(length, position, world, batch) == expected
