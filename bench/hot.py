@@ -53,8 +53,12 @@ C10D_TUNED = Variant("c10d-tuned", "c10d", {"last_call_timeout": common.EQUAL_LA
                                             "keep_alive_interval": 1, "keep_alive_max_attempt": 2},
                      "stock torchrun, last_call_timeout=2, keep-alive 1 s x 2")
 C10D_DEFAULTS = Variant("c10d-defaults", "c10d", {}, "stock torchrun, torch defaults (last call 30 s, 5 s x 3)")
-VARIANTS = {v.name: v for v in (IN_PLACE, RESTART, C10D_TUNED, C10D_DEFAULTS)}
-LAUNCHERS = {IN_PLACE.name: (*AGENT, "--recovery=in-place"), RESTART.name: AGENT}
+IN_PLACE_DDP = Variant("in-place-ddp", "etcd-v3", BUDGET, "as in-place, the model in elastic.train."
+                       "DistributedDataParallel (DDP's bucketed all-reduce, then the commit gate's one number)")
+IN_PLACE_KINDS = (IN_PLACE, IN_PLACE_DDP)  # jobs that run a known number of steps and end with `done` lines
+VARIANTS = {v.name: v for v in (IN_PLACE, IN_PLACE_DDP, RESTART, C10D_TUNED, C10D_DEFAULTS)}
+LAUNCHERS = {IN_PLACE.name: (*AGENT, "--recovery=in-place"), IN_PLACE_DDP.name: (*AGENT, "--recovery=in-place"),
+             RESTART.name: AGENT}
 SCENARIOS = ("worker_crash", "node_loss", "scale_up")
 PHASES = ("detect", "abort", "rendezvous", "process_group", "state_transfer", "first_step")
 STEADY_STEPS = 10
@@ -188,9 +192,11 @@ class HotBench:
 
     def start(self, variant: Variant, size: int, incidents: int, min_nodes: int) -> HotJob | None:
         root = Path(tempfile.mkdtemp(prefix=f"hot-{variant.name}-{size}-", dir=self.root))
-        script_args = ["--hidden", str(self.args.hidden), "--step-seconds", str(self.args.step_seconds)]
-        if variant is IN_PLACE:
+        script_args = ["--hidden", str(self.args.hidden), "--step-seconds", str(self.args.step_seconds),
+                       "--device", self.args.device, *(["--backend", self.args.backend] if self.args.backend else [])]
+        if variant in IN_PLACE_KINDS:
             script_args += ["--steps", str(STEPS_PER_INCIDENT * (incidents + 2))]
+            script_args += ["--ddp"] if variant is IN_PLACE_DDP else []
         else:
             script_args += ["--steps", "1000000", "--checkpoint-dir", str(root / "checkpoints"),
                             "--checkpoint-every", str(self.args.checkpoint_every)]
@@ -244,7 +250,7 @@ class HotBench:
 
     def room(self, job: HotJob, size: int) -> bool:
         """In-place jobs end after a known number of steps: is there room for one more incident?"""
-        return job.variant is not IN_PLACE or job.latest_step() + STEPS_PER_INCIDENT <= self.total_steps(job)
+        return job.variant not in IN_PLACE_KINDS or job.latest_step() + STEPS_PER_INCIDENT <= self.total_steps(job)
 
     @staticmethod
     def total_steps(job: HotJob) -> int:
@@ -252,7 +258,7 @@ class HotBench:
 
     def finish(self, job: HotJob, rows: list[Incident]) -> bool:
         """In place: let the job end, then check every rank's `done` line (applied = step, same checksum)."""
-        if job.variant is not IN_PLACE:
+        if job.variant not in IN_PLACE_KINDS:
             return True
         total = self.total_steps(job)
         size = len([agent for agent in job.agents if agent.returncode != -9])  # all but those killed here
@@ -277,7 +283,7 @@ class HotBench:
         want_live = size - 1 if scenario == "scale_up" else size
         if not self.prepare(job, want_live):
             return self.failed(scenario, variant, size, f"the job did not train at {want_live} agents")
-        if variant is IN_PLACE:  # space the incidents by steps: each job ends at a known step
+        if variant in IN_PLACE_KINDS:  # space the incidents by steps: each job ends at a known step
             job.fired += 1
             job.wait_for(lambda: job.latest_step() >= job.fired * STEPS_PER_INCIDENT, self.args.timeout)
         known = job.round_keys()
@@ -315,7 +321,7 @@ class HotBench:
             return self.failed(scenario, variant, size, note)
         row = Incident(scenario, variant.name, self.repeat, got.step.time - t, agents=size,
                        note=f"victim agent{victim}" if victim is not None else f"added agent{added}")
-        if variant is IN_PLACE:
+        if variant in IN_PLACE_KINDS:
             self.breakdown(job, row, t, got, scenario, victim, known)
         steady = job.wait_steady(want, got.step.time, STEADY_STEPS, self.args.timeout)
         later = job.first_new_round_step(got.step.time, want, known | {got.round_key})
@@ -409,9 +415,11 @@ def censored(found: list[float | None], timeout: float) -> list[float]:
     return [timeout if v is None else v for v in found]
 
 
-def result_line(rows: list[Incident], scenario: str, agents: int | None, timeout: float) -> str:
+def result_line(rows: list[Incident], scenario: str, agents: int | None, timeout: float,
+                variant: Variant = IN_PLACE) -> str:
     name = scenario if agents is None else f"{scenario}_{agents}_agents"
-    mine = [r for r in rows if r.scenario == scenario and r.variant == IN_PLACE.name
+    name = name if variant is IN_PLACE else f"ddp_{name}"
+    mine = [r for r in rows if r.scenario == scenario and r.variant == variant.name
             and (agents is None or r.agents == agents)]
     got = censored([r.value for r in mine], timeout)
     median = statistics.median(got) if got else math.nan
@@ -443,7 +451,7 @@ def report(args: argparse.Namespace, rows: list[Incident], variants: list[Varian
             for v in variants:
                 mine = [r for r in rows if (r.scenario, r.variant, r.agents) == (scenario, v.name, size)]
                 cell = common.Summary.of(r.value for r in mine).text(2)
-                if mine and v is IN_PLACE:
+                if mine and v in IN_PLACE_KINDS:
                     cell += f", p90 {common.number(p90([r.value for r in mine if r.value is not None]), 2)}"
                 if mine:
                     cell += f", {sum(1 for r in mine if r.clean)}/{len(mine)} clean"
@@ -462,30 +470,30 @@ def report(args: argparse.Namespace, rows: list[Incident], variants: list[Varian
                                   r.note) for r in unclean]))
     out.append(f"\nIn RESULT lines a recovery that never came counts as the timeout, {args.timeout:g} s (a lower "
                "bound); median and p90 are in-place's, restart and c10d_defaults those variants' medians.\n")
-    for scenario in args.scenarios:
-        out.append(result_line(rows, scenario, None, args.timeout))
-        if len(args.sizes) > 1:
-            out += [result_line(rows, scenario, size, args.timeout) for size in args.sizes]
+    for variant in (v for v in IN_PLACE_KINDS if v in variants):
+        for scenario in args.scenarios:
+            out.append(result_line(rows, scenario, None, args.timeout, variant))
+            if len(args.sizes) > 1:
+                out += [result_line(rows, scenario, size, args.timeout, variant) for size in args.sizes]
     return out
 
 
 def phase_report(args: argparse.Namespace, rows: list[Incident]) -> list[str]:
     out = ["\n## In-place phases, seconds (median per phase; sum = total for every incident, checked within 5 %)"]
     table_rows = []
-    for scenario in args.scenarios:
-        for size in args.sizes:
-            mine = [r for r in rows if (r.scenario, r.variant, r.agents) == (scenario, IN_PLACE.name, size)
-                    and r.phases and r.value]
-            if not mine:
-                continue
-            medians = [statistics.median(r.phases[p] for r in mine) for p in PHASES]  # type: ignore[index]
-            summed = sum(medians)
-            total = statistics.median(r.value for r in mine)  # type: ignore[misc]
-            within = sum(1 for r in mine if abs(sum(r.phases.values()) - r.value) <= 0.05 * r.value)  # type: ignore
-            table_rows.append([scenario, str(size), *(f"{m:.3f}" for m in medians), f"{summed:.3f}",
-                               f"{total:.3f}", f"{within}/{len(mine)}"])
-    out.append(common.table(["scenario", "agents", *PHASES, "sum of medians", "median total", "sum = total ±5 %"],
-                            table_rows))
+    for variant, scenario, size in ((v, sc, n) for v in IN_PLACE_KINDS for sc in args.scenarios for n in args.sizes):
+        mine = [r for r in rows if (r.scenario, r.variant, r.agents) == (scenario, variant.name, size)
+                and r.phases and r.value]
+        if not mine:
+            continue
+        medians = [statistics.median(r.phases[p] for r in mine) for p in PHASES]  # type: ignore[index]
+        summed = sum(medians)
+        total = statistics.median(r.value for r in mine)  # type: ignore[misc]
+        within = sum(1 for r in mine if abs(sum(r.phases.values()) - r.value) <= 0.05 * r.value)  # type: ignore
+        table_rows.append([variant.name, scenario, str(size), *(f"{m:.3f}" for m in medians), f"{summed:.3f}",
+                           f"{total:.3f}", f"{within}/{len(mine)}"])
+    out.append(common.table(["variant", "scenario", "agents", *PHASES, "sum of medians", "median total",
+                             "sum = total ±5 %"], table_rows))
     crash = [r for r in rows if r.variant == IN_PLACE.name and r.replacement_in_group is not None]
     loss = [r.value for r in rows if r.variant == IN_PLACE.name and r.scenario == "node_loss" and r.value]
     checks = []
@@ -536,6 +544,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--crash-min-one", action="store_true", help="worker crashes in jobs of nnodes 1:2N "
                         "(default N:2N: a crash then cannot seal a round of fewer members)")
     parser.add_argument("--step-seconds", type=float, default=0.0, help="extra time per step (for a tiny model)")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="where the workers train "
+                        "(cuda: GPU number RANK modulo the GPUs there are; see bench/gpu_check.sh)")
+    parser.add_argument("--backend", choices=("gloo", "nccl"), help="the training group's backend (default: the "
+                        "device's; NCCL needs a GPU per rank: one GPU shared by the ranks takes gloo)")
     parser.add_argument("--checkpoint-every", type=int, default=20, help="restart modes: steps between saves")
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds a recovery may take (default 120)")
     parser.add_argument("--start-timeout", type=float, default=240.0, help="seconds to steady training at start")

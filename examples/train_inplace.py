@@ -67,6 +67,10 @@ def parse_args() -> argparse.Namespace:
                         help="the model's and data's type (float64: runs compare to the last bits)")
     parser.add_argument("--log-samples", action="store_true", help="every rank prints the ids it reads per step")
     parser.add_argument("--save-final", type=Path, help="rank 0 saves the final model's state_dict here")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="where the model trains (cuda: "
+                        "GPU number RANK modulo the GPUs there are)")
+    parser.add_argument("--backend", choices=("gloo", "nccl"), help="the training group's backend (default: nccl "
+                        "on cuda, gloo on cpu; in place the commit gate and the handover always use gloo)")
     parser.add_argument("--ddp", action="store_true", help="wrap the model in DistributedDataParallel (DDP's own "
                         "bucketed all-reduce and the session's commit gate) instead of session.allreduce_gradients")
     return parser.parse_args()
@@ -90,7 +94,7 @@ def loss_of(model: nn.Module, data: tuple[torch.Tensor, torch.Tensor], ids: list
     which the gradient average (a sum / world_size) turns into the mean over every sample of the step, even
     when the ranks read unequal parts (an epoch's last step; a rank may read none)."""
     x, y = data
-    index = torch.tensor(ids, dtype=torch.int64)
+    index = torch.tensor(ids, dtype=torch.int64, device=x.device)
     return nn.functional.cross_entropy(model(x[index]), y[index], reduction="sum") * (world_size / step_samples)
 
 
@@ -133,12 +137,18 @@ def save_checkpoint(path: Path, state: dict[str, Any]) -> None:
 def main() -> None:
     args = parse_args()
     dtype = getattr(torch, args.dtype)
-    data = dataset(args.dataset_size, args.seed, dtype)
-    model = build_model(args.hidden, args.seed, dtype)
+    # One GPU per rank where there are enough (the bench runs one worker per agent, all LOCAL_RANK 0).
+    device = (torch.device("cuda", int(os.environ.get("RANK", 0)) % torch.cuda.device_count())
+              if args.device == "cuda" else None)
+    if device is not None:
+        torch.cuda.set_device(device)
+    data = tuple(t.to(device) for t in dataset(args.dataset_size, args.seed, dtype))
+    model = build_model(args.hidden, args.seed, dtype).to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     sampler = ElasticSampler(args.dataset_size, args.batch_size, seed=args.seed)
     applied = torch.zeros((), dtype=torch.int64)  # steps applied to this state: must equal the step count
-    session = Session(state={"model": model, "optimizer": optimizer, "sampler": sampler, "applied": applied})
+    session = Session(state={"model": model, "optimizer": optimizer, "sampler": sampler, "applied": applied},
+                      backend=args.backend or ("nccl" if device is not None else "gloo"))
 
     path = checkpoint_path(args)
     if path is not None and path.exists():
@@ -147,7 +157,8 @@ def main() -> None:
         f"resumed_from={session.step}")
 
     with session:
-        net = DistributedDataParallel(model, process_group=session.process_group) if args.ddp else model
+        net = DistributedDataParallel(model, process_group=session.process_group,
+                                      device_ids=None if device is None else [device.index]) if args.ddp else model
         reported_round = None
         for step in session.steps(args.steps):
             if session.in_place and session.round != reported_round:

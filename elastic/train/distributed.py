@@ -30,7 +30,6 @@ epoch 0 (or at its snapshot's) joins the epoch its survivors are in, and every r
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
@@ -52,13 +51,9 @@ def init_process_group(backend: str | None = None, *, timeout: timedelta | None 
     global _current
     if _current is not None:
         raise RuntimeError("elastic.train.init_process_group: called twice; call destroy_process_group() first")
-    in_place = WorkerContext.from_env() is not None
-    if not in_place:
+    if WorkerContext.from_env() is None:
         dist.init_process_group(backend=backend, timeout=timeout, **kwargs)
-    elif backend not in (None, "gloo", "cpu:gloo"):
-        print(f"elastic.train: backend {backend!r}: in place, each round's group is gloo (NCCL in place is not "
-              "built yet)", file=sys.stderr, flush=True)
-    session = Session(timeout=timeout or timedelta(seconds=60))
+    session = Session(timeout=timeout or timedelta(seconds=60), backend=backend)
     gate = OptimizerGate(session, join)
     _current = (session, gate)
     return session

@@ -47,6 +47,7 @@ class RoundGroup(dist.ProcessGroup):
     def __init__(self) -> None:
         super().__init__(0, 1)
         self._inner: dist.ProcessGroup | None = None
+        self._inner_backend: str | None = None
         self._rank, self._size = 0, 1
         self.error: str | None = None  # the first collective failure of this round, as a line
         self._modules: weakref.WeakSet[Any] = weakref.WeakSet()  # DDP modules built on this group
@@ -80,9 +81,19 @@ class RoundGroup(dist.ProcessGroup):
         backward, as a module built in this round (a replacement's) does, so that their bucket layouts and
         the collective that settles them meet."""
         self._inner, self._rank, self._size, self.error = inner, rank, size, None
+        # Read here, on the session's thread: the watchdog's thread may abort while this one drops the group.
+        self._inner_backend = dist.get_backend(inner) if inner is not None else None
         if inner is not None:
             for module in list(self._modules):
                 module._update_process_group(self)
+
+    def abort(self) -> None:
+        """Abort the round's NCCL communicator, so that its pending collectives fail now (as values) instead
+        of at NCCL's watchdog timeout. A gloo group needs none: its collectives fail as soon as a peer's
+        sockets close, and dropping the group closes this rank's."""
+        inner = self._inner
+        if inner is not None and self._inner_backend == "nccl":
+            dist.distributed_c10d._abort_process_group(inner)
 
     def rank(self) -> int:
         return self._rank

@@ -30,6 +30,7 @@ from typing import Any, TypeVar
 import torch
 import torch.distributed as dist
 
+from elastic.policy.backends import group_plan
 from elastic.policy.hang import HangSettings, Verdict, abandon_after, runnable_elapsed, step_deadline, verdict
 from elastic.policy.state_source import transfer_plan
 from elastic.rendezvous.fence import RoundFence
@@ -86,6 +87,7 @@ class Session:
         timeout: timedelta = timedelta(seconds=60),
         join_timeout: float = 900.0,
         context: WorkerContext | None = None,
+        backend: str | None = None,
     ) -> None:
         if (state_dict is None) != (load_state_dict is None):
             raise TypeError("Session: state_dict and load_state_dict go together (one saves what the other loads)")
@@ -120,7 +122,14 @@ class Session:
         # run's record: tests replay it, and it says which steps a membership change dropped).
         self._log_steps = os.environ.get("ELASTIC_LOG_STEPS") == "1"
         self._heartbeat: Heartbeat | None = None
+        # In place: each round's groups (a gloo one for control, the script's backend for training; see
+        # elastic.policy.backends). NCCL's error handling is set before the first NCCL group exists.
+        self._groups = group_plan(backend, torch.cuda.is_available(), dist.is_nccl_available(),
+                                  timeout.total_seconds())
         if self.context is not None:
+            os.environ.update(self._groups.env)
+            if self._groups.note:
+                print(f"elastic.train: {self._groups.note}", file=sys.stderr, flush=True)
             self._hang = HangSettings(factor=self.context.hang_factor, floor_seconds=self.context.hang_floor_seconds)
             if self.context.marker_dir:
                 self._heartbeat = Heartbeat(Heartbeat.path(self.context.marker_dir, self.context.local_rank), True)
@@ -376,11 +385,15 @@ class Session:
         assert self._follower is not None
         dist.init_process_group("gloo", store=self._follower.group_store(found.round), rank=found.rank,
                                 world_size=found.world_size, timeout=self.timeout)  # fmt: skip
-        self.process_group.configure(dist.group.WORLD, found.rank, found.world_size)
+        training = dist.group.WORLD
+        if self._groups.separate_control:  # every rank makes it, on the round's store: a collective call
+            training = dist.new_group(backend=self._groups.training, timeout=self.timeout)
+        self.process_group.configure(training, found.rank, found.world_size)
         return time.monotonic(), self._exchange_state()
 
     def _drop_group(self) -> None:
         """Let the round's group go: from the session's lasting group too (see `_drop_group`)."""
+        self.process_group.abort()
         self.process_group.configure(None, 0, 1)
         _drop_group()
 
@@ -426,6 +439,8 @@ class Session:
             overdue = kind == "step" and deadline is not None and wall > deadline
             waited = cpu_wait.waited() if overdue else 0.0
             over = kind == "collective" and self._round_is_over()
+            if over and self.process_group.pending:
+                self.process_group.abort()  # an NCCL collective whose round ended fails now (gloo's fail alone)
             decision = verdict(runnable_elapsed(wall, waited), deadline, kind == "collective", over, self._hang,
                                grace=abandon_after(steps, self._hang))
             if decision is Verdict.CONTINUE:

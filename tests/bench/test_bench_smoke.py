@@ -129,7 +129,7 @@ HOT_RESULT = re.compile(
 
 def test_recovery_hot_runs(tmp_path: Path) -> None:
     out = run_bench("recovery.py", "--hot", "--incidents", "1", "--blocks", "1", "--sizes", "2",
-                    "--scenarios", "worker_crash", "--variants", "in-place,restart", "--hidden", "64",
+                    "--scenarios", "worker_crash", "--variants", "in-place,in-place-ddp,restart", "--hidden", "64",
                     "--step-seconds", "0.05", "--timeout", "30", "--out", str(tmp_path), timeout=120)
     line = HOT_RESULT.search(out)
     assert line, f"no hot RESULT line in:\n{out[-3000:]}"
@@ -137,6 +137,7 @@ def test_recovery_hot_runs(tmp_path: Path) -> None:
     assert float(median) > 0 and float(restart) > 0 and c10d == "nan", line[0]
     assert incidents == "1", line[0]
     assert "| worker_crash | 2" in out and "detect" in out, out[-3000:]  # the table and the in-place phases
+    assert re.search(r"^RESULT hot_ddp_worker_crash_recovery_s median=\d", out, re.M), out[-3000:]
     assert (tmp_path / "hot_runs.csv").exists()
 
 
