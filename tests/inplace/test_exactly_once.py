@@ -1,8 +1,9 @@
 """Every sample of every epoch read once, across a crash, a node loss, a scale-up and a scale-down (issue 25).
 
-Real etcd, real `elastic agent --recovery=in-place` agents, gloo. `examples/train_inplace.py` trains on a
-dataset of distinct sample ids with `ElasticSampler`; every rank prints the ids it reads before each attempt
-of a step (`--log-samples`), rank 0 prints each committed step with its round and world size. The faults
+Real etcd, real `elastic agent --recovery=in-place` agents, gloo. `examples/train_inplace.py` trains (with the
+session's flat all-reduce, and again with a DDP module: `--ddp`, issue 45) on a dataset of distinct sample ids
+with `ElasticSampler`; every rank prints the ids it reads before each attempt of a step (`--log-samples`),
+rank 0 prints each committed step with its round and world size. The faults
 come at steps drawn from a seed (printed on failure; ELASTIC_EXACTLY_ONCE_SEED replays one).
 
 Why this cannot pass by accident: the committed steps' ids are checked against the dataset epoch by epoch
@@ -95,7 +96,9 @@ def train_to(job: InPlaceJob, step: int, world_size: int, after: float, timeout:
                                   for a in job.agents for s in a.steps()), timeout), job.logs()
 
 
-def test_every_sample_of_every_epoch_is_read_once_across_a_crash_a_loss_a_scale_up_and_down(in_place_job, tmp_path):  # noqa: F811
+@pytest.mark.parametrize("reduction", [[], ["--ddp"]], ids=["session-allreduce", "ddp-module"])
+def test_every_sample_of_every_epoch_is_read_once_across_a_crash_a_loss_a_scale_up_and_down(
+        in_place_job, tmp_path, reduction: list[str]):  # noqa: F811
     seed = int(os.environ.get("ELASTIC_EXACTLY_ONCE_SEED") or time.time_ns() % 1_000_000)
     draw = random.Random(seed)
     crash_at = draw.randint(15, 40)
@@ -105,7 +108,8 @@ def test_every_sample_of_every_epoch_is_read_once_across_a_crash_a_loss_a_scale_
     job = in_place_job("2:4", ["--steps", str(TOTAL), "--step-seconds", "0.06", "--hidden", str(HIDDEN),
                                "--dataset-size", str(DATASET), "--batch-size", str(BATCH), "--seed", str(seed),
                                "--dtype", "float64", "--log-samples", "--crash-at-step", str(crash_at),
-                               "--crash-marker", str(tmp_path / "crashed"), "--save-final", str(final)])
+                               "--crash-marker", str(tmp_path / "crashed"), "--save-final", str(final),
+                               *reduction])
     note = f"seed {seed} (ELASTIC_EXACTLY_ONCE_SEED={seed} replays it)\n"
     agents = [job.add_agent() for _ in range(3)]
 
