@@ -75,11 +75,15 @@ class Trainer:
 
     def _run_epoch(self, epoch: int) -> None:
         self.train_data.sampler.set_epoch(epoch)
+        started, batches = time.perf_counter(), 0
         for source, targets in self.train_data:
             self._maybe_crash()
             time.sleep(self.args.step_seconds)
             self._run_batch(source.to(self.device), targets.to(self.device))
             self.batches_run += 1
+            batches += 1
+        if dist.get_rank() == 0:
+            print(f"epoch={epoch} batches={batches} seconds={time.perf_counter() - started:.4f}", flush=True)
 
     def _save_snapshot(self, epoch: int) -> None:
         snapshot = {"MODEL_STATE": self.model.module.state_dict(), "EPOCHS_RUN": epoch + 1}
@@ -110,7 +114,9 @@ class Trainer:
 def load_train_objs(args: argparse.Namespace) -> tuple[Dataset, torch.nn.Module, torch.optim.Optimizer]:
     dtype = getattr(torch, args.dtype)
     torch.manual_seed(args.seed)
-    model = torch.nn.Sequential(torch.nn.Linear(20, 64), torch.nn.ReLU(), torch.nn.Linear(64, 4)).to(dtype)
+    hidden = args.hidden
+    model = torch.nn.Sequential(torch.nn.Linear(20, hidden), torch.nn.ReLU(), torch.nn.Linear(hidden, hidden),
+                                torch.nn.ReLU(), torch.nn.Linear(hidden, 4)).to(dtype)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     return SyntheticDataset(args.dataset_size, args.seed, dtype), model, optimizer
 
@@ -137,6 +143,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--snapshot-path", type=Path, default=Path("snapshot.pt"))
     parser.add_argument("--dataset-size", type=int, default=2048)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--hidden", type=int, default=64, help="the model's width (1024: 4.3 MB of parameters)")
     parser.add_argument("--dtype", choices=("float32", "float64"), default="float32")
     parser.add_argument("--crash-at-batch", type=int, help="rank 1 exits 1 at this batch of its own, once")
     parser.add_argument("--crash-marker", type=Path, default=Path("crashed"))
