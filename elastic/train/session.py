@@ -34,6 +34,7 @@ from elastic.policy.backends import group_plan
 from elastic.policy.hang import HangSettings, Verdict, abandon_after, runnable_elapsed, step_deadline, verdict
 from elastic.policy.state_source import transfer_plan
 from elastic.rendezvous.fence import RoundFence
+from elastic.train import group_sockets
 from elastic.train.context import ABANDONED_EXIT, HUNG_EXIT, Heartbeat, Marker, WorkerContext
 from elastic.train.cpu_wait import CpuWait
 from elastic.train.progress import ProgressReporter
@@ -383,11 +384,12 @@ class Session:
         """A gloo group on the round's store prefix, then the state handover: (when the group formed, what
         this rank received)."""
         assert self._follower is not None
-        dist.init_process_group("gloo", store=self._follower.group_store(found.round), rank=found.rank,
-                                world_size=found.world_size, timeout=self.timeout)  # fmt: skip
-        training = dist.group.WORLD
-        if self._groups.separate_control:  # every rank makes it, on the round's store: a collective call
-            training = dist.new_group(backend=self._groups.training, timeout=self.timeout)
+        with group_sockets.claimed():  # a forked child closes its copies (a dead rank's sockets close with it)
+            dist.init_process_group("gloo", store=self._follower.group_store(found.round), rank=found.rank,
+                                    world_size=found.world_size, timeout=self.timeout)  # fmt: skip
+            training = dist.group.WORLD
+            if self._groups.separate_control:  # every rank makes it, on the round's store: a collective call
+                training = dist.new_group(backend=self._groups.training, timeout=self.timeout)
         self.process_group.configure(training, found.rank, found.world_size)
         return time.monotonic(), self._exchange_state()
 
@@ -395,6 +397,7 @@ class Session:
         """Let the round's group go: from the session's lasting group too (see `_drop_group`)."""
         self.process_group.abort()
         self.process_group.configure(None, 0, 1)
+        group_sockets.release()
         _drop_group()
 
     def _communicate(self, action: Callable[[], T]) -> tuple[T | None, str | None]:

@@ -121,15 +121,15 @@ def load_train_objs(args: argparse.Namespace) -> tuple[Dataset, torch.nn.Module,
     return SyntheticDataset(args.dataset_size, args.seed, dtype), model, optimizer
 
 
-def prepare_dataloader(dataset: Dataset, batch_size: int) -> DataLoader:
+def prepare_dataloader(dataset: Dataset, batch_size: int, num_workers: int = 0) -> DataLoader:
     return DataLoader(dataset, batch_size=batch_size, pin_memory=torch.cuda.is_available(), shuffle=False,
-                      sampler=DistributedSampler(dataset))
+                      sampler=DistributedSampler(dataset), num_workers=num_workers)
 
 
 def main(args: argparse.Namespace) -> None:
     device = ddp_setup()
     dataset, model, optimizer = load_train_objs(args)
-    train_data = prepare_dataloader(dataset, args.batch_size)
+    train_data = prepare_dataloader(dataset, args.batch_size, args.num_workers)
     trainer = Trainer(model, train_data, optimizer, args.save_every, args.snapshot_path, device, args)
     trainer.train(args.total_epochs)
     destroy_process_group()
@@ -143,6 +143,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--snapshot-path", type=Path, default=Path("snapshot.pt"))
     parser.add_argument("--dataset-size", type=int, default=2048)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--num-workers", type=int, default=0, help="DataLoader worker processes (they fetch ahead)")
     parser.add_argument("--hidden", type=int, default=64, help="the model's width (1024: 4.3 MB of parameters)")
     parser.add_argument("--dtype", choices=("float32", "float64"), default="float32")
     parser.add_argument("--crash-at-batch", type=int, help="rank 1 exits 1 at this batch of its own, once")

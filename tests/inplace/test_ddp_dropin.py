@@ -106,9 +106,11 @@ def assert_replayed(job, args: list[str], final: Path, epochs: int, length: int,
 
 
 @pytest.mark.slow
-def test_a_worker_crash_is_survived_in_place_by_the_converted_tutorial(in_place_job, tmp_path) -> None:  # noqa: F811
+@pytest.mark.parametrize("workers", [0, 2], ids=["in-process-loading", "dataloader-workers-fetching-ahead"])
+def test_a_worker_crash_is_survived_in_place_by_the_converted_tutorial(in_place_job, tmp_path, workers) -> None:  # noqa: F811
     epochs, length, batch_size = 3, 1024, 16
     args = [str(epochs), "1", "--batch_size", str(batch_size), "--dataset-size", str(length), "--dtype", "float64",
+            "--num-workers", str(workers),
             "--snapshot-path", str(tmp_path / "snapshot.pt"), "--save-final", str(tmp_path / "final.pt"),
             "--crash-at-batch", "50", "--crash-marker", str(tmp_path / "crashed"), "--step-seconds", "0.03"]
     job = in_place_job("2:2", args, script=TUTORIAL / "inplace.py", env={"ELASTIC_LOG_STEPS": "1"})
