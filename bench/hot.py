@@ -42,6 +42,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 from bench import common
 from bench.agentjob import AgentStep, BenchJob, Failure, LogTail
@@ -63,9 +64,9 @@ C10D_TUNED = Variant("c10d-tuned", "c10d", {"last_call_timeout": common.EQUAL_LA
 C10D_DEFAULTS = Variant("c10d-defaults", "c10d", {}, "stock torchrun, torch defaults (last call 30 s, 5 s x 3)")
 VARIANTS = {v.name: v for v in (IN_PLACE, RESTART, C10D_TUNED, C10D_DEFAULTS)}
 LAUNCHERS = {IN_PLACE.name: (*AGENT, "--recovery=in-place"), RESTART.name: AGENT}
-VARIANTS |= {v.name: v for v in torchft_job.VARIANTS}  # peers (bench/peers/torchft_job.py), in the same turns
 SCENARIOS = ("worker_crash", "node_loss", "scale_up")
 PHASES = ("detect", "abort", "rendezvous", "process_group", "state_transfer", "first_step")
+VARIANTS |= {v.name: v for v in torchft_job.VARIANTS}  # peers (bench/peers/torchft_job.py), in the same turns
 STEADY_STEPS = 10
 STEPS_PER_INCIDENT = 25  # in-place jobs run a known number of steps, so that they end with `done` lines
 STALL_STEPS = 5  # the stall is looked for up to this many committed steps at full size after the recovery
@@ -171,6 +172,7 @@ class HotJob(BenchJob):
 
 
 Job = HotJob | torchft_job.TorchftJob  # what bench/hot.py runs: ours (and stock torchrun's), or a torchft job
+AnyJob = TypeVar("AnyJob", HotJob, torchft_job.TorchftJob)
 
 
 @dataclass
@@ -207,11 +209,8 @@ class HotBench:
 
     # --- jobs ---
 
-    def start(self, variant: Variant, size: int, incidents: int, min_nodes: int) -> Job | None:
+    def start(self, variant: Variant, size: int, incidents: int, min_nodes: int) -> HotJob | None:
         root = Path(tempfile.mkdtemp(prefix=f"hot-{variant.name}-{size}-", dir=self.root))
-        if variant.backend == torchft_job.BACKEND:  # trains until stopped; no checkpoint: a peer heals a newcomer
-            return self.steady(torchft_job.TorchftJob(root, variant, self.args.hidden, self.args.step_seconds,
-                                                      self.args.start_timeout), size)
         script_args = ["--hidden", str(self.args.hidden), "--step-seconds", str(self.args.step_seconds)]
         if variant is IN_PLACE:
             script_args += ["--steps", str(STEPS_PER_INCIDENT * (incidents + 2))]
@@ -221,7 +220,13 @@ class HotBench:
         endpoint = self.etcd.client_url if variant.backend == "etcd-v3" else f"127.0.0.1:{common.free_port()}"
         return self.steady(HotJob(root, variant, endpoint, f"{min_nodes}:{2 * size}", script_args), size)
 
-    def steady(self, job: Job, size: int) -> Job | None:
+    def start_torchft(self, variant: Variant, size: int) -> torchft_job.TorchftJob | None:
+        """A torchft job trains until stopped, without checkpoints: a peer heals a newcomer."""
+        root = Path(tempfile.mkdtemp(prefix=f"hot-{variant.name}-{size}-", dir=self.root))
+        return self.steady(torchft_job.TorchftJob(root, variant, self.args.hidden, self.args.step_seconds,
+                                                  self.args.start_timeout), size)
+
+    def steady(self, job: AnyJob, size: int) -> AnyJob | None:
         """`size` members started, training steadily at full size; None (logged, stopped) if they never did."""
         self.current = job
         t0 = time.time()
@@ -256,7 +261,8 @@ class HotBench:
     def jobs(self, variant: Variant, size: int, events: list[str], min_nodes: int) -> None:
         """These incidents, in as few jobs as will do."""
         while events:
-            job = self.start(variant, size, len(events), min_nodes)
+            job = (self.start_torchft(variant, size) if variant.backend == torchft_job.BACKEND
+                   else self.start(variant, size, len(events), min_nodes))
             if job is None:
                 for scenario in events:
                     self.record(self.failed(scenario, variant, size, "the job never started"))
