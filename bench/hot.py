@@ -223,8 +223,14 @@ class HotBench:
     def start_torchft(self, variant: Variant, size: int) -> torchft_job.TorchftJob | None:
         """A torchft job trains until stopped, without checkpoints: a peer heals a newcomer."""
         root = Path(tempfile.mkdtemp(prefix=f"hot-{variant.name}-{size}-", dir=self.root))
-        return self.steady(torchft_job.TorchftJob(root, variant, self.args.hidden, self.args.step_seconds,
-                                                  self.args.start_timeout), size)
+        try:
+            job = torchft_job.TorchftJob(root, variant, self.args.hidden, self.args.step_seconds,
+                                         self.args.start_timeout)
+        except RuntimeError as err:  # its lighthouse did not start
+            common.log(f"{variant.name} {size} agents: {err}")
+            self.failed_logs.append(str(root))
+            return None
+        return self.steady(job, size)
 
     def steady(self, job: AnyJob, size: int) -> AnyJob | None:
         """`size` members started, training steadily at full size; None (logged, stopped) if they never did."""
@@ -323,7 +329,10 @@ class HotBench:
         added: int | None = None
         if scenario == "worker_crash":
             victim = live[len(self.rows) % len(live)]
-            t = job.crash(victim)
+            try:
+                t = job.crash(victim)
+            except RuntimeError as err:  # no worker to kill, or (torchft) no spare ready: nothing was measured
+                return self.failed(scenario, variant, size, str(err))
             want, agents = size, None
         elif scenario == "node_loss":
             protected = job.store_host() if variant.backend == "c10d" else job.rank0_agent()

@@ -15,7 +15,10 @@ brings its replacement:
 Settings: torchft's documented defaults (`torchft_lighthouse --help`: heartbeat timeout 5 s, join timeout 60 s,
 quorum tick 100 ms; `Manager` and `ProcessGroupGloo` timeouts 60 s), and tuned ones, the tightest that stayed
 stable here: a heartbeat timeout of 0.5 s and gloo/Manager timeouts of 2 s (a heartbeat timeout of 1 s gave
-stalls of 1.0-1.4 s).
+stalls of 1.0-1.4 s). Both bound a recovery: the lighthouse forms the next quorum once the victim's heartbeats
+are older than the heartbeat timeout; and with more than 2 members, a survivor that was not exchanging with the
+victim when it died learns of it only by gloo's timeout (seen here with 4: `Timed out waiting 2000ms for recv`
+while the victim's neighbours had `Connection reset by peer`), 60 s at the defaults.
 """
 
 from __future__ import annotations
@@ -106,6 +109,7 @@ class TorchftJob(BenchJob):
             root / "lighthouse.log",
         ).start()
         if not self.wait_for(lambda: _listening(port), LIGHTHOUSE_START_SECONDS):
+            self.lighthouse.stop()
             raise RuntimeError(f"torchft_lighthouse did not listen on {port}: {self.lighthouse.output()[-500:]}")
 
     def command(self) -> list[str]:
@@ -138,8 +142,9 @@ class TorchftJob(BenchJob):
             path = self.root / f"spare{self.replicas - 1}.log"
             self.spare = AgentProcess([*command, "--spare-file", str(go_file(path))], path).start()
         spare = self.spare
-        if not self.wait_for(lambda: "spare ready" in spare.output(), self.spare_timeout):
-            raise RuntimeError(f"the torchft spare was not ready in {self.spare_timeout:g} s: {spare.output()[-500:]}")
+        if not self.wait_for(lambda: "spare ready" in spare.output() or spare.returncode is not None,
+                             self.spare_timeout) or spare.returncode is not None:
+            raise RuntimeError(f"the torchft spare was not ready (exit {spare.returncode}): {spare.output()[-300:]}")
         return spare
 
     def adopt(self, spare: AgentProcess) -> None:
