@@ -10,7 +10,7 @@ TORCH ?= torch==2.13.0
 # get the CPU build anywhere: make demo TORCH_INDEX=<a CPU wheel index URL>.
 TORCH_INDEX ?=
 
-.PHONY: demo test test-kubernetes-min lint setup
+.PHONY: demo test test-kubernetes-min lint setup bench-peers
 
 demo: $(STAMP)
 	$(BIN)/elastic run examples/demo-crash.yaml
@@ -31,6 +31,11 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 
 setup: $(STAMP)
+
+# bench/hot.py's torchft variants: the `peers` extra (torchft 0.2.0, which leaves torch as it is). Only here: the
+# tests skip the torchft smoke test where torchft is missing, and `make test` never installs it.
+bench-peers: $(STAMP)
+	$(BIN)/pip install --quiet -e '.[peers]'
 
 # Set-up takes about a minute on a fresh machine: each step says what it does, and how long it took.
 $(STAMP): pyproject.toml

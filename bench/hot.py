@@ -11,12 +11,17 @@ of parameters and SGD momentum) per variant and size; in it, in turn, incidents 
 Variants, taking turns (a block of incidents each, `--blocks` times): `in-place` (`elastic agent
 --recovery=in-place`: survivors keep their processes, a replacement is a warm fork and gets the state from a
 peer), `restart` (`elastic agent`: torch's agent on etcd-v3, every worker restarted and resumed from the
-checkpoint rank 0 saves), `c10d-tuned` and `c10d-defaults` (stock torchrun, checkpoint as for restart).
+checkpoint rank 0 saves), `c10d-tuned` and `c10d-defaults` (stock torchrun, checkpoint as for restart). Peers
+in the same turns, worker crashes only: `torchft`, `torchft-cold`, `torchft-tuned`, `torchft-tuned-cold` (and
+`torchft-ddp` when named), the same model on torchft (bench/peers/torchft_job.py says how; `make bench-peers`
+installs it; without it they are skipped with one line).
 
 A time is the fault (the kill, or the launch) -> the `time=` of the first step line of the new round. For
 in-place it is cut into consecutive phases (so that they sum to it): detect (fault -> the round record's
 `opened_at`), abort (-> the last survivor left its old group), rendezvous (-> `sealed_at`), process group,
-state transfer (-> the last rank's `recovered` line, less its own intervals), first step. An in-place incident
+state transfer (-> the last rank's `recovered` line, less its own intervals), first step. For every variant
+also the stall (the longest gap between committed steps around the fault, what the survivors wait) and the steps
+lost (redone after the fault, as a restart from a checkpoint does). An in-place incident
 is clean when training goes on in that round with no other failure, and the job ends (`done`) with
 applied = step on every rank and equal checksums.
 """
@@ -25,6 +30,8 @@ from __future__ import annotations
 
 import argparse
 import csv
+import importlib.metadata
+import itertools
 import math
 import re
 import shutil
@@ -35,9 +42,11 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 from bench import common
 from bench.agentjob import AgentStep, BenchJob, Failure, LogTail
+from bench.peers import torchft_job
 from elastic.store import JobKeys, Store
 from elastic.store.server import EtcdServer
 from harness.agents import torchrun_command
@@ -61,8 +70,10 @@ LAUNCHERS = {IN_PLACE.name: (*AGENT, "--recovery=in-place"), IN_PLACE_DDP.name: 
              RESTART.name: AGENT}
 SCENARIOS = ("worker_crash", "node_loss", "scale_up")
 PHASES = ("detect", "abort", "rendezvous", "process_group", "state_transfer", "first_step")
+VARIANTS |= {v.name: v for v in torchft_job.VARIANTS}  # peers (bench/peers/torchft_job.py), in the same turns
 STEADY_STEPS = 10
 STEPS_PER_INCIDENT = 25  # in-place jobs run a known number of steps, so that they end with `done` lines
+STALL_STEPS = 5  # the stall is looked for up to this many committed steps at full size after the recovery
 LEASE_SECONDS = 10.0  # etcd-v3's default lease_seconds
 
 RECOVERED = re.compile(r"^recovered round=(\d+) rank=(\d+) world_size=(\d+) wait_round=([\d.]+) "
@@ -145,6 +156,12 @@ class HotJob(BenchJob):
     def live(self) -> list[int]:
         return [i for i, agent in enumerate(self.agents) if agent.returncode is None]
 
+    def crash(self, victim: int) -> float:
+        """SIGKILL the victim agent's worker (its agent replaces it); returns the fault's time."""
+        t = time.time()
+        self.agents[victim].kill_worker()
+        return t
+
     def latest_step(self) -> int:
         steps = self.steps()
         return steps[-1].step.step if steps else -1
@@ -158,6 +175,10 @@ class HotJob(BenchJob):
         return [d for tail in self.tails for d in tail.done]  # type: ignore[attr-defined]
 
 
+Job = HotJob | torchft_job.TorchftJob  # what bench/hot.py runs: ours (and stock torchrun's), or a torchft job
+AnyJob = TypeVar("AnyJob", HotJob, torchft_job.TorchftJob)
+
+
 @dataclass
 class Incident(common.Measurement):
     """A measurement of this benchmark (`repeat`: the block), with its job's size and, in place, its phases."""
@@ -167,6 +188,8 @@ class Incident(common.Measurement):
     replacement_in_group: float | None = None  # crash -> the replacement's group was built
     transfer_s: float | None = None  # the receiving rank's state_transfer
     transfer_bytes: int | None = None
+    stall_s: float | None = None  # the longest gap between committed steps around the fault (`disruption`)
+    steps_lost: int | None = None  # steps committed, then redone (a restart from a checkpoint)
 
 
 class HotBench:
@@ -178,7 +201,7 @@ class HotBench:
         self.rows: list[Incident] = []
         self.failed_logs: list[str] = []
         self.repeat = 0  # the block being run
-        self.current: HotJob | None = None  # the job running now (stopped if the bench is interrupted)
+        self.current: Job | None = None  # the job running now (stopped if the bench is interrupted)
 
     def record(self, row: Incident) -> None:
         self.rows.append(row)
@@ -201,7 +224,22 @@ class HotBench:
             script_args += ["--steps", "1000000", "--checkpoint-dir", str(root / "checkpoints"),
                             "--checkpoint-every", str(self.args.checkpoint_every)]
         endpoint = self.etcd.client_url if variant.backend == "etcd-v3" else f"127.0.0.1:{common.free_port()}"
-        job = HotJob(root, variant, endpoint, f"{min_nodes}:{2 * size}", script_args)
+        return self.steady(HotJob(root, variant, endpoint, f"{min_nodes}:{2 * size}", script_args), size)
+
+    def start_torchft(self, variant: Variant, size: int) -> torchft_job.TorchftJob | None:
+        """A torchft job trains until stopped, without checkpoints: a peer heals a newcomer."""
+        root = Path(tempfile.mkdtemp(prefix=f"hot-{variant.name}-{size}-", dir=self.root))
+        try:
+            job = torchft_job.TorchftJob(root, variant, self.args.hidden, self.args.step_seconds,
+                                         self.args.start_timeout)
+        except RuntimeError as err:  # its lighthouse did not start
+            common.log(f"{variant.name} {size} agents: {err}")
+            self.failed_logs.append(str(root))
+            return None
+        return self.steady(job, size)
+
+    def steady(self, job: AnyJob, size: int) -> AnyJob | None:
+        """`size` members started, training steadily at full size; None (logged, stopped) if they never did."""
         self.current = job
         t0 = time.time()
         for _ in range(size):
@@ -209,11 +247,11 @@ class HotBench:
         if job.wait_steady(size, t0, STEADY_STEPS, self.args.start_timeout):
             job.fired = 0
             return job
-        common.log(f"{variant.name} {size} agents: the job never trained at size {size}\n{job.tail_text()}")
+        common.log(f"{job.variant.name} {size} agents: the job never trained at size {size}\n{job.tail_text()}")
         self.close(job, False)
         return None
 
-    def close(self, job: HotJob, ok: bool) -> None:
+    def close(self, job: Job, ok: bool) -> None:
         job.stop()
         self.current = None
         if not ok:
@@ -227,13 +265,16 @@ class HotBench:
         crash_min = 1 if self.args.crash_min_one else size
         crash = [s for s in self.args.scenarios if s == "worker_crash"]
         loss = [s for s in self.args.scenarios if s != "worker_crash"]
+        if variant.backend == torchft_job.BACKEND:  # worker crashes only (torchft_job.SCENARIOS)
+            loss = []
         for scenarios, count, min_nodes in ((crash, crashes, crash_min), (loss, losses, 1)):
             self.jobs(variant, size, [s for _ in range(count) for s in scenarios], min_nodes)
 
     def jobs(self, variant: Variant, size: int, events: list[str], min_nodes: int) -> None:
         """These incidents, in as few jobs as will do."""
         while events:
-            job = self.start(variant, size, len(events), min_nodes)
+            job = (self.start_torchft(variant, size) if variant.backend == torchft_job.BACKEND
+                   else self.start(variant, size, len(events), min_nodes))
             if job is None:
                 for scenario in events:
                     self.record(self.failed(scenario, variant, size, "the job never started"))
@@ -248,7 +289,7 @@ class HotBench:
             ok = self.finish(job, mine) and ok
             self.close(job, ok and all(r.clean is not False for r in mine))
 
-    def room(self, job: HotJob, size: int) -> bool:
+    def room(self, job: Job, size: int) -> bool:
         """In-place jobs end after a known number of steps: is there room for one more incident?"""
         return job.variant not in IN_PLACE_KINDS or job.latest_step() + STEPS_PER_INCIDENT <= self.total_steps(job)
 
@@ -256,7 +297,7 @@ class HotBench:
     def total_steps(job: HotJob) -> int:
         return int(job.script_args[job.script_args.index("--steps") + 1])
 
-    def finish(self, job: HotJob, rows: list[Incident]) -> bool:
+    def finish(self, job: Job, rows: list[Incident]) -> bool:
         """In place: let the job end, then check every rank's `done` line (applied = step, same checksum)."""
         if job.variant not in IN_PLACE_KINDS:
             return True
@@ -279,7 +320,7 @@ class HotBench:
 
     # --- one incident ---
 
-    def incident(self, job: HotJob, variant: Variant, size: int, scenario: str) -> Incident:
+    def incident(self, job: Job, variant: Variant, size: int, scenario: str) -> Incident:
         want_live = size - 1 if scenario == "scale_up" else size
         if not self.prepare(job, want_live):
             return self.failed(scenario, variant, size, f"the job did not train at {want_live} agents")
@@ -294,8 +335,10 @@ class HotBench:
         added: int | None = None
         if scenario == "worker_crash":
             victim = live[len(self.rows) % len(live)]
-            t = time.time()
-            job.agents[victim].kill_worker()
+            try:
+                t = job.crash(victim)
+            except RuntimeError as err:  # no worker to kill, or (torchft) no spare ready: nothing was measured
+                return self.failed(scenario, variant, size, str(err))
             want, agents = size, None
         elif scenario == "node_loss":
             protected = job.store_host() if variant.backend == "c10d" else job.rank0_agent()
@@ -329,7 +372,9 @@ class HotBench:
                           and s.round_key not in known})
         new = [f for f in job.failures() if f not in logged]  # (listed agent by agent, not in time order)
         extra = _extra_failures(new, before_pids, victim if scenario == "worker_crash" else None)
-        row.clean = steady and later is None and not extra and not between
+        # torchft's survivors train on without the victim, and a newcomer sits out the step it heals in: by design
+        row.clean = steady and later is None and not extra and (not between or variant.backend == torchft_job.BACKEND)
+        row.stall_s, row.steps_lost = disruption(job.steps(), t, got, want)
         if between:
             row.note += f"; trained first in a round of world size {', '.join(map(str, between))}"
         if extra:
@@ -343,7 +388,7 @@ class HotBench:
     def failed(self, scenario: str, variant: Variant, size: int, note: str) -> Incident:
         return Incident(scenario, variant.name, self.repeat, None, False, note, agents=size)
 
-    def prepare(self, job: HotJob, want_live: int) -> bool:
+    def prepare(self, job: Job, want_live: int) -> bool:
         """Bring the job to `want_live` agents, training steadily (unmeasured); False if it does not."""
         if any(agent.returncode not in (None, -9) for agent in job.agents):
             return False  # an agent exited by itself (not killed here): the job ended or failed
@@ -374,6 +419,24 @@ class HotBench:
             receiver = max(newcomers, key=lambda r: r.bytes)
             row.replacement_in_group = receiver.grouped_at - t
             row.transfer_s, row.transfer_bytes = receiver.state_transfer, receiver.bytes
+
+
+def disruption(steps: list[AgentStep], t: float, got: AgentStep, want: int) -> tuple[float, int]:
+    """(stall, steps lost) of one incident, from the committed steps the job printed (one printer per round).
+
+    The stall is the longest gap between consecutive committed steps, from the last one before the fault to the
+    STALL_STEPS-th at full size from the recovery on: what the survivors waited, whoever recovers how. Steps lost:
+    the most by which a step number went back (steps redone from a checkpoint), 0 while numbers only go up.
+    """
+    before = [s for s in steps if s.step.time <= t]
+    full = [s for s in steps if s.step.time >= got.step.time and s.step.world_size == want][:STALL_STEPS]
+    window = before[-1:] + [s for s in steps if t < s.step.time <= full[-1].step.time]
+    times = [s.step.time for s in window]
+    stall = max((b - a for a, b in itertools.pairwise(times)), default=0.0)
+    lost, high = 0, max((s.step.step for s in before), default=-1)
+    for s in window[len(before[-1:]):]:
+        lost, high = max(lost, high - s.step.step + 1), max(high, s.step.step)
+    return stall, lost
 
 
 def _extra_failures(new: list[Failure], before_pids: set[int], victim: int | None) -> list[Failure]:
@@ -462,6 +525,7 @@ def report(args: argparse.Namespace, rows: list[Incident], variants: list[Varian
             table_rows.append(cells)
     out.append(common.table(["scenario", "agents", *(v.name for v in variants)], table_rows))
     out += phase_report(args, rows)
+    out += peer_report(args, rows, variants)
     unclean = [r for r in rows if r.clean is False]
     if unclean:
         out.append("\n## Not clean")
@@ -476,6 +540,61 @@ def report(args: argparse.Namespace, rows: list[Incident], variants: list[Varian
             if len(args.sizes) > 1:
                 out += [result_line(rows, scenario, size, args.timeout, variant) for size in args.sizes]
     return out
+
+
+def peer_report(args: argparse.Namespace, rows: list[Incident], variants: list[Variant]) -> list[str]:
+    """Every variant's stall and steps lost; with torchft measured, RESULT lines for in-place against it."""
+    out = ["\n## Survivors' stall (longest gap between committed steps around the fault), s, and steps lost (redone): "
+           "median [max]"]
+    table_rows = []
+    for scenario in args.scenarios:
+        for size in args.sizes:
+            cells = [scenario, str(size)]
+            for v in variants:
+                mine = [r for r in rows if (r.scenario, r.variant, r.agents) == (scenario, v.name, size)
+                        and r.stall_s is not None]
+                if v.backend == torchft_job.BACKEND and scenario not in torchft_job.SCENARIOS:
+                    cells.append("not measured")
+                elif not mine:
+                    cells.append("—")
+                else:
+                    stalls, lost = [r.stall_s for r in mine], [r.steps_lost or 0 for r in mine]
+                    cells.append(f"{_median_max(stalls)}; lost {statistics.median(lost):g} [{max(lost)}]")
+            table_rows.append(cells)
+    out.append(common.table(["scenario", "agents", *(v.name for v in variants)], table_rows))
+    if not any(v.backend == torchft_job.BACKEND for v in variants):
+        return out
+    out.append(f"\nIn the RESULT ..._vs_torchft lines median, stall_s (median) and steps_lost (the most in one "
+               f"incident) are in-place's; torchft is {torchft_job.REFERENCE.name}'s median, a recovery that never "
+               f"came counted as {args.timeout:g} s; ratio_vs_torchft above 1: in-place recovers faster.")
+    for scenario in (s for s in args.scenarios if s in torchft_job.SCENARIOS):
+        out.append(torchft_line(rows, scenario, None, args.timeout))
+        if len(args.sizes) > 1:
+            out += [torchft_line(rows, scenario, size, args.timeout) for size in args.sizes]
+    return out
+
+
+def torchft_line(rows: list[Incident], scenario: str, agents: int | None, timeout: float) -> str:
+    name = scenario if agents is None else f"{scenario}_{agents}_agents"
+
+    def of(variant: Variant) -> list[Incident]:
+        return [r for r in rows if r.scenario == scenario and r.variant == variant.name
+                and (agents is None or r.agents == agents)]
+
+    ours, theirs = of(IN_PLACE), of(torchft_job.REFERENCE)
+    median = common.Summary.of(censored([r.value for r in ours], timeout)).median
+    torchft = common.Summary.of(censored([r.value for r in theirs], timeout)).median
+
+    def stall(found: list[Incident]) -> str:
+        return common.number(common.Summary.of(r.stall_s for r in found).median)
+
+    def lost(found: list[Incident]) -> str:
+        counts = [r.steps_lost for r in found if r.steps_lost is not None]
+        return str(max(counts)) if counts else "nan"
+
+    return (f"RESULT hot_{name}_vs_torchft median={common.number(median)} torchft={common.number(torchft)} "
+            f"ratio_vs_torchft={common.number(common.ratio(torchft, median), 2)} stall_s={stall(ours)} "
+            f"steps_lost={lost(ours)} torchft_stall_s={stall(theirs)} torchft_steps_lost={lost(theirs)}")
 
 
 def phase_report(args: argparse.Namespace, rows: list[Incident]) -> list[str]:
@@ -539,7 +658,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--blocks", type=int, default=2, help="turns each variant takes (default 2)")
     parser.add_argument("--sizes", default="2,4", help="agents per job, comma-separated (default 2,4)")
     parser.add_argument("--scenarios", default=",".join(SCENARIOS), help=f"default {','.join(SCENARIOS)}")
-    parser.add_argument("--variants", default=",".join(VARIANTS), help=f"default {','.join(VARIANTS)}")
+    chosen = ",".join(name for name, v in VARIANTS.items() if v not in torchft_job.EXTRA)
+    parser.add_argument("--variants", default=chosen, help=f"default {chosen} (torchft-*: with torchft installed, "
+                        f"make bench-peers; also: {','.join(v.name for v in torchft_job.EXTRA)})")
     parser.add_argument("--hidden", type=int, default=3536, help="the model's width (3536: 100 MB of state)")
     parser.add_argument("--crash-min-one", action="store_true", help="worker crashes in jobs of nnodes 1:2N "
                         "(default N:2N: a crash then cannot seal a round of fewer members)")
@@ -583,7 +704,7 @@ def from_csv(path: Path) -> list[Incident]:
     rows = []
     with path.open(newline="") as f:
         for raw in csv.DictReader(f):
-            numeric = ("value", "replacement_in_group", "transfer_s", "transfer_bytes")
+            numeric = ("value", "replacement_in_group", "transfer_s", "transfer_bytes", "stall_s", "steps_lost")
             number = {k: float(v) if v not in ("", "None") else None for k, v in raw.items()
                       if k in numeric or k.startswith("phase_")}
             phases = {p: number[f"phase_{p}"] for p in PHASES if number.get(f"phase_{p}") is not None}
@@ -593,6 +714,8 @@ def from_csv(path: Path) -> list[Incident]:
                 phases=phases or None, replacement_in_group=number["replacement_in_group"],
                 transfer_s=number["transfer_s"],
                 transfer_bytes=int(number["transfer_bytes"]) if number["transfer_bytes"] is not None else None,
+                stall_s=number.get("stall_s"),
+                steps_lost=int(number["steps_lost"]) if number.get("steps_lost") is not None else None,
             ))
     return rows
 
@@ -604,6 +727,12 @@ def main(argv: list[str]) -> int:
     if args.from_csv:
         print("\n".join(report(args, from_csv(args.from_csv), args.variants)))
         return 0
+    skip = torchft_job.missing() if any(v.backend == torchft_job.BACKEND for v in args.variants) else None
+    if skip:  # ours run all the same
+        print(skip)
+        args.variants = [v for v in args.variants if v.backend != torchft_job.BACKEND]
+    elif any(v.backend == torchft_job.BACKEND for v in args.variants):
+        print(f"# torchft: {importlib.metadata.version('torchft')}")
     root = Path(tempfile.mkdtemp(prefix="elastic-bench-hot-"))
     common.exit_cleanly_on_sigterm()
     with EtcdServer() as etcd:

@@ -158,3 +158,23 @@ def test_churn_runs(tmp_path: Path) -> None:
     again = run_bench("churn.py", "--from-csv", str(tmp_path / "churn_runs.csv"), "--agents", "3",
                       "--duration", "12", "--variants", "in-place")
     assert CHURN_RESULT.search(again)[0] == line[0]  # type: ignore[index]
+
+
+TORCHFT_RESULT = re.compile(
+    r"^RESULT hot_worker_crash_vs_torchft median=(\S+) torchft=(\S+) ratio_vs_torchft=(\S+) stall_s=(\S+) "
+    r"steps_lost=(\S+) torchft_stall_s=(\S+) torchft_steps_lost=(\S+)$", re.M)
+
+
+def test_recovery_hot_runs_torchft(tmp_path: Path) -> None:
+    """One torchft incident beside one of ours (torchft is an optional extra: CI does not install it)."""
+    pytest.importorskip("torchft", reason="torchft is not installed (make bench-peers installs the peers extra)")
+    out = run_bench("recovery.py", "--hot", "--incidents", "1", "--blocks", "1", "--sizes", "2",
+                    "--scenarios", "worker_crash", "--variants", "in-place,torchft-tuned", "--hidden", "64",
+                    "--step-seconds", "0.05", "--timeout", "30", "--out", str(tmp_path), timeout=180)
+    line = TORCHFT_RESULT.search(out)
+    assert line, f"no torchft RESULT line in:\n{out[-3000:]}"
+    median, torchft, _, stall, lost, torchft_stall, torchft_lost = line.groups()
+    assert float(median) > 0 and float(torchft) > 0 and float(stall) > 0 and float(torchft_stall) > 0, line[0]
+    assert lost == torchft_lost == "0", line[0]  # neither redoes a committed step
+    assert HOT_RESULT.search(out), out[-3000:]  # ours as before
+    assert "stall_s" in (tmp_path / "hot_runs.csv").read_text().splitlines()[0]
