@@ -50,16 +50,18 @@ def requested_training(backend: str | None) -> str | None:
     return NCCL if NCCL in names else GLOO
 
 
-def group_plan(backend: str | None, cuda: bool, nccl: bool, timeout_seconds: float) -> GroupPlan:
-    """The groups a round builds for the script's `backend` on this machine (`cuda`: a GPU is usable;
-    `nccl`: torch was built with NCCL)."""
+def group_plan(backend: str | None, gpus: int, local_ranks: int, nccl: bool, timeout_seconds: float) -> GroupPlan:
+    """The groups a round builds for the script's `backend` on this machine: `gpus` usable here, `local_ranks`
+    workers sharing them (NCCL refuses two ranks on one GPU), `nccl`: torch was built with NCCL."""
     wanted = requested_training(backend)
+    usable = gpus >= local_ranks >= 1 and nccl
     if wanted is None:
-        wanted = NCCL if cuda and nccl else GLOO
+        wanted = NCCL if usable else GLOO
     if wanted == GLOO:
         return GroupPlan(GLOO, timeout_seconds=timeout_seconds)
-    if not (cuda and nccl):
-        missing = "no usable GPU" if not cuda else "a torch built without NCCL"
+    if not usable:
+        missing = ("no usable GPU" if gpus == 0 else "a torch built without NCCL" if not nccl
+                   else f"{gpus} GPU(s) for {local_ranks} local ranks (NCCL needs one each)")
         return GroupPlan(GLOO, timeout_seconds=timeout_seconds,
                          note=f"backend {backend!r}: {missing} here, so the round's group is gloo")
     return GroupPlan(NCCL, env={"TORCH_NCCL_ASYNC_ERROR_HANDLING": "0"}, timeout_seconds=timeout_seconds)

@@ -125,8 +125,8 @@ class Session:
         self._heartbeat: Heartbeat | None = None
         # In place: each round's groups (a gloo one for control, the script's backend for training; see
         # elastic.policy.backends). NCCL's error handling is set before the first NCCL group exists.
-        self._groups = group_plan(backend, torch.cuda.is_available(), dist.is_nccl_available(),
-                                  timeout.total_seconds())
+        self._groups = group_plan(backend, torch.cuda.device_count(), int(os.environ.get("LOCAL_WORLD_SIZE", "1")),
+                                  dist.is_nccl_available(), timeout.total_seconds())
         if self.context is not None:
             os.environ.update(self._groups.env)
             if self._groups.note:

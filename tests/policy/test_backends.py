@@ -27,20 +27,23 @@ def test_a_backend_in_place_cannot_rebuild_is_refused_by_name() -> None:
 
 
 PLANS = [
-    # backend, cuda, nccl -> training, separate control, NCCL error handling, note mentions
-    pytest.param("nccl", True, True, NCCL, True, "0", None, id="NCCL on GPUs: beside a gloo control group"),
-    pytest.param(None, True, True, NCCL, True, "0", None, id="unset on GPUs: NCCL, as torch would"),
-    pytest.param(None, False, False, GLOO, False, None, None, id="unset on CPUs: gloo alone"),
-    pytest.param("gloo", True, True, GLOO, False, None, None, id="gloo asked for on GPUs: gloo"),
-    pytest.param("nccl", False, False, GLOO, False, None, "no usable GPU", id="NCCL without a GPU: gloo, said"),
-    pytest.param("nccl", True, False, GLOO, False, None, "without NCCL", id="a CPU build of torch: gloo, said"),
+    # backend, GPUs, local ranks, NCCL built -> training, separate control, NCCL error handling, note mentions
+    pytest.param("nccl", 2, 2, True, NCCL, True, "0", None, id="NCCL, a GPU per rank: beside a gloo control group"),
+    pytest.param(None, 1, 1, True, NCCL, True, "0", None, id="unset on a GPU: NCCL, as torch would"),
+    pytest.param(None, 0, 1, False, GLOO, False, None, None, id="unset on CPUs: gloo alone"),
+    pytest.param(None, 1, 2, True, GLOO, False, None, None, id="unset, two ranks on one GPU: gloo"),
+    pytest.param("gloo", 2, 2, True, GLOO, False, None, None, id="gloo asked for on GPUs: gloo"),
+    pytest.param("nccl", 0, 1, False, GLOO, False, None, "no usable GPU", id="NCCL without a GPU: gloo, said"),
+    pytest.param("nccl", 1, 1, False, GLOO, False, None, "without NCCL", id="a CPU build of torch: gloo, said"),
+    pytest.param("nccl", 1, 2, True, GLOO, False, None, "1 GPU(s) for 2 local ranks", id="two ranks, one GPU"),
 ]
 
 
-@pytest.mark.parametrize(("backend", "cuda", "nccl", "training", "separate", "handling", "note"), PLANS)
-def test_group_plan(backend: str | None, cuda: bool, nccl: bool, training: str, separate: bool,
+@pytest.mark.parametrize(("backend", "gpus", "local_ranks", "nccl", "training", "separate", "handling", "note"),
+                         PLANS)
+def test_group_plan(backend: str | None, gpus: int, local_ranks: int, nccl: bool, training: str, separate: bool,
                     handling: str | None, note: str | None) -> None:
-    plan = group_plan(backend, cuda, nccl, timeout_seconds=30.0)
+    plan = group_plan(backend, gpus, local_ranks, nccl, timeout_seconds=30.0)
     assert (plan.training, plan.separate_control) == (training, separate)
     assert plan.env.get("TORCH_NCCL_ASYNC_ERROR_HANDLING") == handling
     assert plan.timeout_seconds == 30.0
