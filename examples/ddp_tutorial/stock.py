@@ -135,6 +135,13 @@ def main(args: argparse.Namespace) -> None:
     destroy_process_group()
 
 
+def run_path(path: Path) -> Path:
+    """A relative path belongs to the run: under $ELASTIC_CHECKPOINT_DIR where the launcher gives one (`elastic
+    run` gives every run its own), else under the working directory."""
+    base = os.environ.get("ELASTIC_CHECKPOINT_DIR")
+    return path if path.is_absolute() or not base else Path(base) / path
+
+
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description="a DDP training job in the shape of PyTorch's DDP tutorial")
     parser.add_argument("total_epochs", type=int, help="epochs to train")
@@ -150,7 +157,10 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--crash-marker", type=Path, default=Path("crashed"))
     parser.add_argument("--step-seconds", type=float, default=0.0, help="extra time per batch (a slower model)")
     parser.add_argument("--save-final", type=Path, help="rank 0 saves the final model's state_dict here")
-    return parser.parse_args()
+    args = parser.parse_args()
+    args.snapshot_path, args.crash_marker = run_path(args.snapshot_path), run_path(args.crash_marker)
+    args.snapshot_path.parent.mkdir(parents=True, exist_ok=True)
+    return args
 
 
 if __name__ == "__main__":

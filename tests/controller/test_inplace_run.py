@@ -34,3 +34,20 @@ def test_in_place_refuses_a_worker_command_that_is_not_python(tmp_path) -> None:
                             capture_output=True, text=True, timeout=60)
     said = result.stdout + result.stderr
     assert result.returncode != 0 and "spec.recovery" in said and "use recovery: Restart" in said, said
+
+
+def test_the_converted_ddp_tutorial_runs_in_place_through_its_crash(cli, tmp_path) -> None:
+    """`elastic run examples/ddp_tutorial/job.yaml` as the README gives it: one charge, both ranks finish, and
+    the run's files (snapshot, crash marker) go to the run's own directory, not into the examples."""
+    logs = tmp_path / "logs"
+    before = sorted(p.name for p in (REPO / "examples" / "ddp_tutorial").iterdir())
+    run = cli.start("run", str(REPO / "examples" / "ddp_tutorial" / "job.yaml"), "--log-dir", str(logs), cwd=tmp_path)
+    assert run.wait(timeout=240) == 0, cli.output(run)
+    status = cli.status("ddp-tutorial")
+    assert status["phase"] == "Succeeded" and status["restarts"]["used"] == 1, status
+    text = "\n".join(p.read_text(errors="replace") for p in logs.rglob("*.log"))
+    assert "crashing rank=1 batch=100" in text and "replaced in place" in text, text[-3000:]
+    assert len(re.findall(r"^done rank=\d batches=\d+ pid=\d+$", text, re.M)) == 2, text[-3000:]
+    assert sorted(p.name for p in (REPO / "examples" / "ddp_tutorial").iterdir()) == before
+    assert any(logs.rglob("snapshot.pt")) and any(logs.rglob("crashed")), "the run's files are the run's"
+    assert not processes_of("ddp-tutorial"), "nothing may be left running"
