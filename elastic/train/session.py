@@ -246,16 +246,21 @@ class Session:
         return self._gate(torch.zeros(1))
 
     def _gate(self, flat: torch.Tensor) -> bool:
-        """All-reduce `flat`, whose last element this rank sets to 1 if it saw the round end or a reduction of
-        this step fail: every rank reads the same sum, so every rank commits the step or every rank drops it
-        (and recovers into the next round)."""
-        flat[-1] = float(self._round_is_over() or self.process_group.error is not None)
-        _, failed = self._communicate(lambda: dist.all_reduce(flat))
-        broken = failed or self.process_group.error
-        if broken is not None and not self._round_is_over():
+        """All-reduce `flat`, whose last element this rank sets to 1 if it saw the round end: every rank reads
+        the same sum, so every rank commits the step or every rank drops it (and recovers into the next round).
+
+        A rank whose reduction already failed (a DDP bucket's, as a value) skips the gate's all-reduce: its group
+        is broken, so no rank can complete the gate with it and none commits; and a live peer may still be
+        waiting in an earlier bucket's all-reduce with it, which only this rank dropping its group releases
+        (4 DDP ranks: the survivors otherwise waited on each other until the watchdog restarted one, exit 86)."""
+        failed = self.process_group.error
+        if failed is None:
+            flat[-1] = float(self._round_is_over())
+            _, failed = self._communicate(lambda: dist.all_reduce(flat))
+        if failed is not None and not self._round_is_over():
             self._mark(self.assignment.round, broken=True)  # tell the agent: maybe nobody will report it
-        if broken is not None or flat[-1].item() > 0:
-            self._recover(f"collective failed: {broken}" if broken else "the round ended")
+        if failed is not None or flat[-1].item() > 0:
+            self._recover(f"collective failed: {failed}" if failed else "the round ended")
             return False
         return True
 
