@@ -53,6 +53,8 @@ class RoundGroup(dist.ProcessGroup):
         self._modules: weakref.WeakSet[Any] = weakref.WeakSet()  # DDP modules built on this group
         self._pending = 0  # collectives started and not yet completed (the hang watchdog reads it)
         self._pending_lock = threading.Lock()
+        self._gate: tuple[torch.Tensor, dist.Work] | None = None  # the commit gate's all-reduce, in flight
+        self.gate_flag: Callable[[], float] | None = None  # in place: 1.0 when this rank saw the round end
 
     @property
     def pending(self) -> bool:
@@ -68,6 +70,25 @@ class RoundGroup(dist.ProcessGroup):
         """A DDP module built on this group: reset at every new round (see `configure`)."""
         self._modules.add(module)
 
+    def launch_gate(self) -> None:
+        """Start the commit gate's all-reduce of this rank's `gate_flag()` now, beside the backward's last bucket
+        (DDP's hook calls this), so that it overlaps that bucket's all-reduce instead of adding a round trip
+        after it; `take_gate` gives the sum to the gate. Nothing without a round, or outside an in-place one."""
+        if self._inner is None or self.gate_flag is None:
+            return
+        tensor = torch.tensor([self.gate_flag()])
+        self._gate = (tensor, self.allreduce([tensor]))
+
+    def take_gate(self) -> float | None:
+        """The gate's sum launched with this step's last bucket (None: none was, e.g. under `no_sync()`); a
+        failed all-reduce leaves this rank's own flag, and the failure is in `error`."""
+        gate, self._gate = self._gate, None
+        if gate is None:
+            return None
+        tensor, work = gate
+        work.wait()
+        return float(tensor.item())
+
     def parameters(self) -> list[torch.nn.Parameter]:
         """The parameters of the DDP modules built on this group (the optimizer gate finds their optimizer)."""
         return [p for module in list(self._modules) for p in module.parameters()]
@@ -80,7 +101,7 @@ class RoundGroup(dist.ProcessGroup):
         its reducer forgets a backward the old round cut short, and it rebuilds its buckets after its next
         backward, as a module built in this round (a replacement's) does, so that their bucket layouts and
         the collective that settles them meet."""
-        self._inner, self._rank, self._size, self.error = inner, rank, size, None
+        self._inner, self._rank, self._size, self.error, self._gate = inner, rank, size, None, None
         # Read here, on the session's thread: the watchdog's thread may abort while this one drops the group.
         self._inner_backend = dist.get_backend(inner) if inner is not None else None
         if inner is not None:

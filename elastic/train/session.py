@@ -111,6 +111,8 @@ class Session:
         self._holds_state = False
         # What a module built on the session's group keeps (DDP's reducer): each round's group behind it.
         self.process_group = RoundGroup()
+        if self.context is not None:  # the commit gate's number rides on DDP's last bucket (train/ddp.py)
+            self.process_group.gate_flag = lambda: float(self._round_is_over())
         self._follower: RoundFollower | None = None
         self._step_seconds: deque[float] = deque(maxlen=50)
         self._activity_now: tuple[str, float] = ("idle", time.monotonic())
@@ -243,7 +245,8 @@ class Session:
             if self.process_group.error is not None:
                 raise RuntimeError(f"a collective of step {self.step} failed: {self.process_group.error}")
             return True
-        return self._gate(torch.zeros(1))
+        ended = self.process_group.take_gate()  # launched with the backward's last bucket (train/ddp.py)
+        return self._gate(torch.zeros(1)) if ended is None else self._settle(self.process_group.error, ended)
 
     def _gate(self, flat: torch.Tensor) -> bool:
         """All-reduce `flat`, whose last element this rank sets to 1 if it saw the round end: every rank reads
@@ -257,9 +260,14 @@ class Session:
         if failed is None:
             flat[-1] = float(self._round_is_over())
             _, failed = self._communicate(lambda: dist.all_reduce(flat))
+        return self._settle(failed, float(flat[-1].item()))
+
+    def _settle(self, failed: str | None, ended: float) -> bool:
+        """The gate's outcome: `failed`, this rank's collective failure, if any; `ended`, how many ranks saw the
+        round end. Commit (True), or drop the step and recover into the next round (False)."""
         if failed is not None and not self._round_is_over():
             self._mark(self.assignment.round, broken=True)  # tell the agent: maybe nobody will report it
-        if failed is not None or flat[-1].item() > 0:
+        if failed is not None or ended > 0:
             self._recover(f"collective failed: {failed}" if failed else "the round ended")
             return False
         return True
