@@ -131,10 +131,12 @@ def test_a_worker_crash_is_survived_in_place_by_the_converted_tutorial(in_place_
 
 @pytest.mark.slow
 def test_a_newcomer_joins_the_converted_tutorial_mid_epoch_and_receives_its_state(in_place_job, tmp_path) -> None:  # noqa: F811
-    epochs, length, batch_size = 4, 768, 8
+    # 288 steps of 0.06 s at world size 2: a newcomer's agent takes seconds to start and join, and with 192
+    # steps of 0.03 s a loaded machine finished the run before it joined (its agent then found the run closed).
+    epochs, length, batch_size = 6, 768, 8
     args = [str(epochs), "1", "--batch_size", str(batch_size), "--dataset-size", str(length), "--dtype", "float64",
             "--snapshot-path", str(tmp_path / "snapshot.pt"), "--save-final", str(tmp_path / "final.pt"),
-            "--step-seconds", "0.03"]
+            "--step-seconds", "0.06"]
     job = in_place_job("2:3", args, script=TUTORIAL / "inplace.py", env={"ELASTIC_LOG_STEPS": "1"})
     first = [job.add_agent() for _ in range(2)]
     assert wait_until(lambda: len(COMMITTED.findall(job.output())) >= 30, 120), job.logs()
