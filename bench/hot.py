@@ -468,9 +468,14 @@ def p90(values: list[float]) -> float:
     return ordered[min(len(ordered) - 1, math.ceil(0.9 * len(ordered)) - 1)]
 
 
-def values(rows: list[Incident], scenario: str, variant: str, agents: int | None = None) -> list[float | None]:
-    return [r.value for r in rows if r.scenario == scenario and r.variant == variant
+def incidents_of(rows: list[Incident], scenario: str, variant: str, agents: int | None = None) -> list[Incident]:
+    """One variant's incidents of one scenario, at one size (None: every size)."""
+    return [r for r in rows if r.scenario == scenario and r.variant == variant
             and (agents is None or r.agents == agents)]
+
+
+def values(rows: list[Incident], scenario: str, variant: str, agents: int | None = None) -> list[float | None]:
+    return [r.value for r in incidents_of(rows, scenario, variant, agents)]
 
 
 def censored(found: list[float | None], timeout: float) -> list[float]:
@@ -482,8 +487,7 @@ def result_line(rows: list[Incident], scenario: str, agents: int | None, timeout
                 variant: Variant = IN_PLACE) -> str:
     name = scenario if agents is None else f"{scenario}_{agents}_agents"
     name = name if variant is IN_PLACE else f"ddp_{name}"
-    mine = [r for r in rows if r.scenario == scenario and r.variant == variant.name
-            and (agents is None or r.agents == agents)]
+    mine = incidents_of(rows, scenario, variant.name, agents)
     got = censored([r.value for r in mine], timeout)
     median = statistics.median(got) if got else math.nan
     restart = common.Summary.of(censored(values(rows, scenario, RESTART.name, agents), timeout)).median
@@ -576,12 +580,8 @@ def peer_report(args: argparse.Namespace, rows: list[Incident], variants: list[V
 
 def torchft_line(rows: list[Incident], scenario: str, agents: int | None, timeout: float) -> str:
     name = scenario if agents is None else f"{scenario}_{agents}_agents"
-
-    def of(variant: Variant) -> list[Incident]:
-        return [r for r in rows if r.scenario == scenario and r.variant == variant.name
-                and (agents is None or r.agents == agents)]
-
-    ours, theirs = of(IN_PLACE), of(torchft_job.REFERENCE)
+    ours = incidents_of(rows, scenario, IN_PLACE.name, agents)
+    theirs = incidents_of(rows, scenario, torchft_job.REFERENCE.name, agents)
     median = common.Summary.of(censored([r.value for r in ours], timeout)).median
     torchft = common.Summary.of(censored([r.value for r in theirs], timeout)).median
 

@@ -30,6 +30,7 @@ epoch 0 (or at its snapshot's) joins the epoch its survivors are in, and every r
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
@@ -98,7 +99,7 @@ def register(name: str, obj: Any) -> None:
 def unique_name(session: Session, base: str, obj: Any) -> str:
     """`base`, or `base.1`, `base.2`, ... for the next object of a kind: the same names on every rank, since
     every rank builds its objects in the same order."""
-    names = [base] + [f"{base}.{n}" for n in range(1, 1000)]
+    names = itertools.chain([base], (f"{base}.{n}" for n in itertools.count(1)))
     return next(name for name in names if session.registered(name) in (None, obj))
 
 

@@ -39,24 +39,24 @@ class DistributedSampler(torch.utils.data.Sampler[int]):
         self.shuffle = shuffle
         self.seed = seed
         self.drop_last = drop_last  # accepted for torch's signature: no sample is ever repeated to fill a batch
-        self.position: ElasticSampler | None = None  # made by the DataLoader, which knows the batch size
+        self.elastic: ElasticSampler | None = None  # the job's position: made by the DataLoader (batch size)
         self._asked_epoch = 0
 
     def set_epoch(self, epoch: int) -> None:
         """torch's call at each epoch: a later epoch than the job's position starts there (see
         `ElasticSampler.start_epoch`)."""
         self._asked_epoch = epoch
-        if self.position is not None:
-            self.position.start_epoch(epoch)
+        if self.elastic is not None:
+            self.elastic.start_epoch(epoch)
 
     def follow(self, batch_size: int) -> ElasticSampler:
-        if self.position is None:
-            self.position = ElasticSampler(self.length, batch_size, seed=self.seed, shuffle=self.shuffle)
-            self.position.start_epoch(self._asked_epoch)
-        elif self.position.batch_size != batch_size:
+        if self.elastic is None:
+            self.elastic = ElasticSampler(self.length, batch_size, seed=self.seed, shuffle=self.shuffle)
+            self.elastic.start_epoch(self._asked_epoch)
+        elif self.elastic.batch_size != batch_size:
             raise ValueError("elastic.train.DistributedSampler: already used by a DataLoader with batch_size="
-                             f"{self.position.batch_size}; give each DataLoader a sampler of its own")
-        return self.position
+                             f"{self.elastic.batch_size}; give each DataLoader a sampler of its own")
+        return self.elastic
 
     def __iter__(self) -> Iterator[int]:
         raise TypeError("elastic.train.DistributedSampler lays out each step for the round's ranks: give it to "
@@ -98,9 +98,9 @@ class DataLoader(torch.utils.data.DataLoader):
             raise ValueError("elastic.train.DataLoader: with a DistributedSampler, give batch_size and leave "
                              "shuffle and batch_sampler unset (the sampler shuffles; the job lays out the batches)")
         session = current_session()
-        position = sampler.follow(batch_size)
-        session.register(unique_name(session, "sampler", position), position)
-        self._steps = StepBatches(position)
+        elastic = sampler.follow(batch_size)
+        session.register(unique_name(session, "sampler", elastic), elastic)
+        self._steps = StepBatches(elastic)
         super().__init__(dataset, batch_sampler=self._steps, **kwargs)
         # What torch's attributes would be with this sampler (`loader.sampler.set_epoch(epoch)` in scripts).
         object.__setattr__(self, "sampler", sampler)

@@ -114,6 +114,7 @@ class RoundGroup(dist.ProcessGroup):
         sockets close, and dropping the group closes this rank's."""
         inner = self._inner
         if inner is not None and self._inner_backend == "nccl":
+            self._inner_backend = None  # once: the watchdog asks at every tick while the round stays over
             dist.distributed_c10d._abort_process_group(inner)
 
     def rank(self) -> int:

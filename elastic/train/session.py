@@ -30,7 +30,7 @@ from typing import Any, TypeVar
 import torch
 import torch.distributed as dist
 
-from elastic.policy.backends import group_plan
+from elastic.policy.backends import GLOO, GroupPlan, group_plan
 from elastic.policy.hang import HangSettings, Verdict, abandon_after, runnable_elapsed, step_deadline, verdict
 from elastic.policy.state_source import transfer_plan
 from elastic.rendezvous.fence import RoundFence
@@ -126,10 +126,12 @@ class Session:
         self._log_steps = os.environ.get("ELASTIC_LOG_STEPS") == "1"
         self._heartbeat: Heartbeat | None = None
         # In place: each round's groups (a gloo one for control, the script's backend for training; see
-        # elastic.policy.backends). NCCL's error handling is set before the first NCCL group exists.
-        self._groups = group_plan(backend, torch.cuda.device_count(), int(os.environ.get("LOCAL_WORLD_SIZE", "1")),
-                                  dist.is_nccl_available(), timeout.total_seconds())
+        # elastic.policy.backends). NCCL's error handling is set before the first NCCL group exists. Under any
+        # other launcher the script's own group is the one.
+        self._groups = GroupPlan(GLOO)
         if self.context is not None:
+            self._groups = group_plan(backend, torch.cuda.device_count(), self.context.local_world_size,
+                                      dist.is_nccl_available(), timeout.total_seconds())
             os.environ.update(self._groups.env)
             if self._groups.note:
                 print(f"elastic.train: {self._groups.note}", file=sys.stderr, flush=True)
