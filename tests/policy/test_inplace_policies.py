@@ -28,7 +28,7 @@ from elastic.policy.inplace import (
     RestartAll,
     next_step,
 )
-from elastic.policy.state_source import Report, transfer_plan
+from elastic.policy.state_source import NoSource, Report, transfer_plans
 from elastic.train.context import Heartbeat
 
 ALL = frozenset({0, 1})
@@ -86,18 +86,50 @@ PLANS = [
 
 @pytest.mark.parametrize(("reports", "source", "receivers"), PLANS)
 def test_transfer_plan(reports: list[tuple[int, bool]], source: int, receivers: tuple[int, ...]) -> None:
-    plan = transfer_plan([Report(*r) for r in reports])
+    [plan] = transfer_plans([Report(*r) for r in reports])
     assert (plan.source, plan.receivers) == (source, receivers)
 
 
 @given(st.lists(st.tuples(st.integers(0, 5), st.booleans()), min_size=1, max_size=8))
 def test_after_a_plan_every_rank_holds_the_sources_step(reports: list[tuple[int, bool]]) -> None:
-    plan = transfer_plan([Report(*r) for r in reports])
+    [plan] = transfer_plans([Report(*r) for r in reports])
     best = reports[plan.source]
     for rank, (step, holds) in enumerate(reports):
         receives = rank in plan.receivers
         assert receives or rank == plan.source or (holds and best[1] and step == best[0])
     assert all(not (holds and step > best[0]) for step, holds in reports if best[1])
+
+
+# HSDP, 2 shards: (step, holds, shard held) per rank, the shard each rank is placed on -> (source, receivers)
+SHARDED_PLANS = [
+    pytest.param([(9, True, 0), (9, True, 1), (9, True, 0), (9, True, 1)], [0, 1, 0, 1], [(0, ()), (1, ())],
+                 id="2 x 2, nothing changed: nothing moves"),
+    pytest.param([(9, True, 0), (9, True, 0), (9, True, 1), (0, False, 0)], [0, 0, 1, 1], [(0, ()), (2, (3,))],
+                 id="a replacement on shard 1 receives from shard 1's survivor, not from rank 0"),
+    pytest.param([(9, True, 1), (9, True, 0), (0, False, 0), (0, False, 0)], [1, 0, 0, 1], [(1, (2,)), (0, (3,))],
+                 id="a scale-up by one replica: each newcomer from its own shard's holder"),
+    pytest.param([(8, True, 0), (9, True, 0), (9, True, 1), (9, True, 1)], [0, 0, 1, 1], [(1, (0,)), (2, ())],
+                 id="a laggard on shard 0 catches up from its shard's newest holder"),
+    pytest.param([(0, False, 0), (0, False, 0), (0, False, 0), (0, False, 0)], [0, 1, 0, 1], [(0, (2,)), (1, (3,))],
+                 id="first round: each shard's lowest rank to its replicas"),
+]
+
+
+@pytest.mark.parametrize(("reports", "placed", "expected"), SHARDED_PLANS)
+def test_sharded_transfer_plans(reports: list[tuple[int, bool, int]], placed: list[int],
+                                expected: list[tuple[int, tuple[int, ...]]]) -> None:
+    plans = transfer_plans([Report(*r) for r in reports], placed)
+    assert [(plan.source, plan.receivers) for plan in plans] == expected
+
+
+@pytest.mark.parametrize(("reports", "placed"), [
+    pytest.param([(9, True, 0), (0, False, 0)], [0, 1], id="shard 1's only holder is gone"),
+    pytest.param([(9, True, 0), (8, True, 1), (9, True, 0), (8, True, 1)], [0, 1, 0, 1],
+                 id="shard 0 at step 9, shard 1 at step 8: no step every shard has"),
+])
+def test_memory_cannot_heal(reports: list[tuple[int, bool, int]], placed: list[int]) -> None:
+    with pytest.raises(NoSource):
+        transfer_plans([Report(*r) for r in reports], placed)
 
 
 SETTINGS = HangSettings(factor=10, floor_seconds=2, abandon_after_seconds=1, min_steps=3)
