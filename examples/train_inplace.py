@@ -17,6 +17,10 @@ way, with torchrun's restarts. The training loop with `elastic.train.Session` an
                 session.commit(loss.item())           # the sampler moves on with the step
             optimizer.zero_grad()
 
+With `--ddp` the model is a DistributedDataParallel module; with `--hsdp 2` it is sharded by FSDP2 over
+replicas of 2 ranks (`fully_shard` on `session.device_mesh`, the replicas averaged by `session.replicate`),
+and each rank's shard travels from its holder in another replica.
+
 The session hands the model, the optimizer, the sampler's position and the RNG states to a replacement,
 and `session.state_dict()` is the checkpoint: whatever the world sizes, every sample of an epoch is read
 once, by one rank, in the committed steps.
@@ -43,6 +47,8 @@ from typing import Any
 
 import torch
 from torch import nn
+
+from torch.distributed.fsdp import fully_shard
 
 from elastic.train import DistributedDataParallel, ElasticSampler, Session
 from elastic.train.checkpoint import publish
@@ -73,7 +79,13 @@ def parse_args() -> argparse.Namespace:
                         "on cuda, gloo on cpu; in place the commit gate and the handover always use gloo)")
     parser.add_argument("--ddp", action="store_true", help="wrap the model in DistributedDataParallel (DDP's own "
                         "bucketed all-reduce and the session's commit gate) instead of session.allreduce_gradients")
-    return parser.parse_args()
+    parser.add_argument("--hsdp", type=int, metavar="SHARD_SIZE", help="shard the model with FSDP2 over replicas of "
+                        "SHARD_SIZE ranks (HSDP: the world is replicas x SHARD_SIZE; each layer is fully_shard()ed)")
+    args = parser.parse_args()
+    if args.hsdp and (args.ddp or args.checkpoint_dir):
+        parser.error("--hsdp: a sharded model is neither a DDP module nor saved whole by rank 0 (drop --ddp and "
+                     "--checkpoint-dir)")
+    return args
 
 
 def dataset(size: int, seed: int, dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, torch.Tensor]:
@@ -134,6 +146,21 @@ def save_checkpoint(path: Path, state: dict[str, Any]) -> None:
     publish(partial, path)  # fenced: a worker whose round has ended cannot replace it
 
 
+def shard(model: nn.Module, session: Session, optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
+    """HSDP: each Linear, then the whole, fully_shard()ed on the session's mesh, the replicas' gradients
+    averaged by the session, and an optimizer like `optimizer` over the sharded parameters (a replacement
+    receives both from its shard's survivor)."""
+    for layer in model:
+        if isinstance(layer, nn.Linear):
+            fully_shard(layer, mesh=session.device_mesh)
+    fully_shard(model, mesh=session.device_mesh)
+    session.replicate(model)
+    optimizer = type(optimizer)(model.parameters(), **optimizer.defaults)
+    session.register("model", model)
+    session.register("optimizer", optimizer)
+    return optimizer
+
+
 def main() -> None:
     args = parse_args()
     dtype = getattr(torch, args.dtype)
@@ -147,7 +174,9 @@ def main() -> None:
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     sampler = ElasticSampler(args.dataset_size, args.batch_size, seed=args.seed)
     applied = torch.zeros((), dtype=torch.int64)  # steps applied to this state: must equal the step count
-    session = Session(state={"model": model, "optimizer": optimizer, "sampler": sampler, "applied": applied},
+    # HSDP: the model and its optimizer join the state once sharded, on the mesh the session has in its round.
+    whole = {} if args.hsdp else {"model": model, "optimizer": optimizer}
+    session = Session(state={**whole, "sampler": sampler, "applied": applied}, shard_size=args.hsdp,
                       backend=args.backend or ("nccl" if device is not None else "gloo"))
 
     path = checkpoint_path(args)
@@ -157,6 +186,8 @@ def main() -> None:
         f"resumed_from={session.step}")
 
     with session:
+        if args.hsdp:
+            optimizer = shard(model, session, optimizer)
         net = DistributedDataParallel(model, process_group=session.process_group,
                                       device_ids=None if device is None else [device.index]) if args.ddp else model
         reported_round = None
@@ -175,7 +206,7 @@ def main() -> None:
             loss = loss_of(net, data, ids, sampler.step_samples(session.world_size), session.world_size)
             loss.backward()
             time.sleep(args.step_seconds)
-            if session.should_commit() if args.ddp else session.allreduce_gradients(model):
+            if session.should_commit() if args.ddp or args.hsdp else session.allreduce_gradients(model):
                 optimizer.step()
                 applied += 1
                 session.commit(loss.item())
@@ -185,10 +216,11 @@ def main() -> None:
                     if path is not None and session.step % args.checkpoint_every == 0:
                         save_checkpoint(path, session.state_dict())
             optimizer.zero_grad()
-        checksum = sum(float(p.detach().double().sum()) for p in model.parameters())
+        final = {k: v.full_tensor() if args.hsdp else v for k, v in model.state_dict().items()}  # every rank
+        checksum = sum(float(v.double().sum()) for v in final.values())
         say(f"done step={session.step} applied={int(applied)} checksum={checksum:.6f} pid={os.getpid()}")
         if args.save_final is not None and session.rank == 0:
-            torch.save(model.state_dict(), args.save_final)
+            torch.save(final, args.save_final)
 
 
 if __name__ == "__main__":

@@ -55,6 +55,7 @@ class RoundGroup(dist.ProcessGroup):
         self._pending_lock = threading.Lock()
         self._gate: tuple[torch.Tensor, dist.Work] | None = None  # the commit gate's all-reduce, in flight
         self.gate_flag: Callable[[], float] | None = None  # in place: 1.0 when this rank saw the round end
+        self._name: str | None = None  # the name c10d knows it by, while registered (see `register`)
 
     @property
     def pending(self) -> bool:
@@ -93,8 +94,10 @@ class RoundGroup(dist.ProcessGroup):
         """The parameters of the DDP modules built on this group (the optimizer gate finds their optimizer)."""
         return [p for module in list(self._modules) for p in module.parameters()]
 
-    def configure(self, inner: dist.ProcessGroup | None, rank: int, size: int) -> None:
-        """Use `inner` (the round's group) from now on; None lets the old group go (its sockets close only once
+    def configure(self, inner: dist.ProcessGroup | dist.Backend | None, rank: int, size: int,
+                  backend: str | None = None) -> None:
+        """Use `inner` (the round's group, or a backend made directly: then `backend` names it) from now on;
+        None lets the old group go (its sockets close only once
         nothing references it, which is what makes peers stuck in it fail at once).
 
         Every DDP module built on this group is reset for the new round (torch's `_update_process_group`):
@@ -103,7 +106,7 @@ class RoundGroup(dist.ProcessGroup):
         the collective that settles them meet."""
         self._inner, self._rank, self._size, self.error, self._gate = inner, rank, size, None, None
         # Read here, on the session's thread: the watchdog's thread may abort while this one drops the group.
-        self._inner_backend = dist.get_backend(inner) if inner is not None else None
+        self._inner_backend = backend or (dist.get_backend(inner) if inner is not None else None)
         if inner is not None:
             for module in list(self._modules):
                 module._update_process_group(self)
@@ -116,6 +119,35 @@ class RoundGroup(dist.ProcessGroup):
         if inner is not None and self._inner_backend == "nccl":
             self._inner_backend = None  # once: the watchdog asks at every tick while the round stays over
             dist.distributed_c10d._abort_process_group(inner)
+
+    @property
+    def group_name(self) -> str:  # type: ignore[override]
+        if self._name is None:
+            raise RuntimeError("this RoundGroup is not registered (it is, while the session is in a round)")
+        return self._name
+
+    def register(self, name: str, ranks: list[int]) -> None:
+        """Make this group known to c10d by `name`, as torch's own groups are: a DeviceMesh (FSDP2's) resolves
+        its groups by name, and torch's collectives ask c10d's world for a group's backend and ranks. `ranks`:
+        the round's ranks of its members, in group rank order. Done at each round (destroying a round's world
+        forgets every group c10d knows), undone by `unregister` before that."""
+        world = dist.distributed_c10d._world
+        world.pg_map[self] = (BACKEND_NAME, None)
+        world.pg_names[self] = name
+        world.pg_group_ranks[self] = {rank: index for index, rank in enumerate(ranks)}
+        torch._C._distributed_c10d._register_process_group(name, self)
+        self._name = name
+
+    def unregister(self) -> None:
+        """Forget what `register` made known (nothing if it was not), before the round's world is destroyed:
+        torch shuts down every group it knows, and this one's round ends under it, not with it."""
+        if self._name is None:
+            return
+        world = dist.distributed_c10d._world
+        for known in (world.pg_map, world.pg_names, world.pg_group_ranks):
+            known.pop(self, None)
+        torch._C._distributed_c10d._unregister_process_group(self._name)
+        self._name = None
 
     def rank(self) -> int:
         return self._rank
@@ -134,6 +166,26 @@ class RoundGroup(dist.ProcessGroup):
 
     def allgather(self, outputs: list[list[torch.Tensor]], inputs: list[torch.Tensor], opts: Any = None) -> dist.Work:
         return self._run(lambda inner: inner.allgather(outputs, inputs, *_given(opts)), outputs)
+
+    # FSDP2's collectives on its shard group (torch 2.13 calls these names; older torch the underscored ones)
+    def all_gather_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> dist.Work:
+        return self._run(lambda inner: inner._allgather_base(output, input, *_given(opts)), output)
+
+    def reduce_scatter_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> dist.Work:
+        return self._run(lambda inner: inner._reduce_scatter_base(output, input, *_given(opts)), output)
+
+    _allgather_base = all_gather_single
+    _reduce_scatter_base = reduce_scatter_single
+
+    # What torch's functional collectives (DTensor's `full_tensor()`, redistribution) call through c10d
+    def allgather_into_tensor_coalesced(self, outputs: list[torch.Tensor], inputs: list[torch.Tensor],
+                                        opts: Any = None) -> dist.Work:
+        def each(inner: Any) -> dist.Work:  # a backend made directly has no coalesced call: one by one
+            for output, input in zip(outputs, inputs, strict=True):
+                inner._allgather_base(output, input).wait()
+            return _done(outputs)
+
+        return self._run(each, outputs)
 
     def barrier(self, opts: Any = None) -> dist.Work:
         return self._run(lambda inner: inner.barrier(*_given(opts)), [])
@@ -157,7 +209,16 @@ class RoundGroup(dist.ProcessGroup):
                 self._failed(err)
                 return result
 
-        return DoneWork(work.get_future().then(value_or_input))
+        try:
+            future = work.get_future()
+        except RuntimeError:  # gloo's reduce-scatter has no future: it completes here, its failure as a value
+            future = torch.futures.Future()
+            try:
+                work.wait()
+                future.set_result(result)
+            except COMMUNICATION_ERRORS as err:
+                future.set_exception(err)
+        return DoneWork(future.then(value_or_input))
 
     def _failed(self, err: BaseException) -> None:
         if self.error is None:

@@ -32,11 +32,13 @@ import torch.distributed as dist
 
 from elastic.policy.backends import GLOO, GroupPlan, group_plan
 from elastic.policy.hang import HangSettings, Verdict, abandon_after, runnable_elapsed, step_deadline, verdict
-from elastic.policy.state_source import transfer_plan
+from elastic.policy.shard_layout import place
+from elastic.policy.state_source import transfer_plans
 from elastic.rendezvous.fence import RoundFence
 from elastic.train import group_sockets
 from elastic.train.context import ABANDONED_EXIT, HUNG_EXIT, Heartbeat, Marker, WorkerContext
 from elastic.train.cpu_wait import CpuWait
+from elastic.train.mesh import ShardedGroups
 from elastic.train.progress import ProgressReporter
 from elastic.train.rng import rng_states, set_rng_states
 from elastic.train.round_group import COMMUNICATION_ERRORS, RoundGroup
@@ -74,7 +76,8 @@ class Session:
       from would have drawn.
 
     `step`: the committed step this process starts from (a loaded checkpoint's, or set by
-    `load_state_dict`); the group adopts the newest one.
+    `load_state_dict`); the group adopts the newest one. `shard_size`: HSDP, replicas of that many ranks,
+    each rank one FSDP2 shard (`device_mesh`, `replicate`; `elastic.train.mesh`).
     """
 
     def __init__(
@@ -89,6 +92,7 @@ class Session:
         join_timeout: float = 900.0,
         context: WorkerContext | None = None,
         backend: str | None = None,
+        shard_size: int | None = None,
     ) -> None:
         if (state_dict is None) != (load_state_dict is None):
             raise TypeError("Session: state_dict and load_state_dict go together (one saves what the other loads)")
@@ -138,6 +142,9 @@ class Session:
             self._hang = HangSettings(factor=self.context.hang_factor, floor_seconds=self.context.hang_floor_seconds)
             if self.context.marker_dir:
                 self._heartbeat = Heartbeat(Heartbeat.path(self.context.marker_dir, self.context.local_rank), True)
+        # HSDP (`shard_size`): FSDP2's shard group and the replicas' group, each round's under lasting objects.
+        self._sharded = ShardedGroups(shard_size) if shard_size is not None else None
+        self._round_store: dist.Store | None = None  # in place: the round's store (stock torchrun: torch's)
 
     @property
     def _activity(self) -> tuple[str, float]:
@@ -194,6 +201,33 @@ class Session:
         calls)."""
         return self.assignment is not None or (self.context is None and self._holds_state)
 
+    @property
+    def device_mesh(self) -> Any:
+        """HSDP (`shard_size`): the DeviceMesh to give FSDP2's `fully_shard(module, mesh=...)`, over the lasting
+        shard group (`elastic.train.mesh`). Inside `with session:`."""
+        if self._sharded is None:
+            raise RuntimeError("Session.device_mesh: create the session with shard_size=<ranks per replica>")
+        return self._sharded.device_mesh
+
+    def replicate(self, module: torch.nn.Module) -> None:
+        """HSDP: average the gradients of `module`'s fully_shard()ed parts over the replicas, each round's."""
+        if self._sharded is None:
+            raise RuntimeError("Session.replicate: create the session with shard_size=<ranks per replica>")
+        self._sharded.replicate_module(module)
+
+    @property
+    def _lasting_groups(self) -> list[RoundGroup]:
+        return [self.process_group, *(self._sharded.groups if self._sharded is not None else ())]
+
+    @property
+    def _group_error(self) -> str | None:
+        """The first collective failure of this round in any of the session's groups."""
+        return next((g.error for g in self._lasting_groups if g.error is not None), None)
+
+    @property
+    def _pending(self) -> bool:
+        return any(g.pending for g in self._lasting_groups)
+
     def __enter__(self) -> Session:
         if self.context is None:
             if not dist.is_initialized():
@@ -215,6 +249,8 @@ class Session:
             self._progress.report(self.step, self._loss, self.world_size, self._total, final=True)
         self._progress.close()
         self.process_group.configure(None, 0, 1)
+        if self._sharded is not None:
+            self._sharded.drop()
         if self.context is not None and dist.is_initialized():
             dist.destroy_process_group()
         if self._follower is not None:
@@ -244,11 +280,11 @@ class Session:
         on every rank and the session is in the next round (apply nothing; run step `session.step` again).
         Under any other launcher a failed reduction raises, and the launcher restarts the worker."""
         if self.context is None:
-            if self.process_group.error is not None:
-                raise RuntimeError(f"a collective of step {self.step} failed: {self.process_group.error}")
+            if self._group_error is not None:
+                raise RuntimeError(f"a collective of step {self.step} failed: {self._group_error}")
             return True
         ended = self.process_group.take_gate()  # launched with the backward's last bucket (train/ddp.py)
-        return self._gate(torch.zeros(1)) if ended is None else self._settle(self.process_group.error, ended)
+        return self._gate(torch.zeros(1)) if ended is None else self._settle(self._group_error, ended)
 
     def _gate(self, flat: torch.Tensor) -> bool:
         """All-reduce `flat`, whose last element this rank sets to 1 if it saw the round end: every rank reads
@@ -258,7 +294,7 @@ class Session:
         is broken, so no rank can complete the gate with it and none commits; and a live peer may still be
         waiting in an earlier bucket's all-reduce with it, which only this rank dropping its group releases
         (4 DDP ranks: the survivors otherwise waited on each other until the watchdog restarted one, exit 86)."""
-        failed = self.process_group.error
+        failed = self._group_error
         if failed is None:
             flat[-1] = float(self._round_is_over())
             _, failed = self._communicate(lambda: dist.all_reduce(flat))
@@ -383,11 +419,22 @@ class Session:
         self.step = int(saved["step"])
 
     def _exchange_state(self) -> tuple[int, Received] | None:
-        reports = exchange_reports(self.step, self._holds_state, self.world_size)
-        plan = transfer_plan(reports)
-        state = self.state_dict() if self.rank == plan.source else None
-        data = move_state(plan, self.rank, self.world_size, state)
-        return (plan.source, data) if data is not None else None
+        """Every rank's report, HSDP's groups for this round (each rank on the shard it holds), then each
+        shard's handover from its holder; what this rank received, and from whom."""
+        held = self._sharded.held if self._sharded is not None and self._holds_state else None
+        reports = exchange_reports(self.step, self._holds_state, held or 0, self.world_size)
+        placed, mesh = None, None
+        if self._sharded is not None:
+            layout = place([r.shard if r.holds_state else None for r in reports], self._sharded.shard_size)
+            store = self._round_store or dist.distributed_c10d._get_default_store()
+            self._sharded.form(layout, self.rank, self._groups.training, self.timeout, store)
+            placed, mesh = list(layout.shards), self._sharded.device_mesh
+        received = None
+        for plan in transfer_plans(reports, placed):
+            state = self.state_dict() if self.rank == plan.source else None
+            data = move_state(plan, self.rank, self.world_size, state, mesh)
+            received = (plan.source, data) if data is not None else received
+        return received
 
     def _apply(self, received: tuple[int, Received] | None) -> None:
         """Load what a peer sent (outside any collective: a bad state dict is the script's own error)."""
@@ -399,8 +446,10 @@ class Session:
         """A gloo group on the round's store prefix, then the state handover: (when the group formed, what
         this rank received)."""
         assert self._follower is not None
+        # Kept: torch holds the store in C++ only, and HSDP's groups are made on it after init_process_group.
+        self._round_store = self._follower.group_store(found.round)
         with group_sockets.claimed():  # a forked child closes its copies (a dead rank's sockets close with it)
-            dist.init_process_group("gloo", store=self._follower.group_store(found.round), rank=found.rank,
+            dist.init_process_group("gloo", store=self._round_store, rank=found.rank,
                                     world_size=found.world_size, timeout=self.timeout)  # fmt: skip
             training = dist.group.WORLD
             if self._groups.separate_control:  # every rank makes it, on the round's store: a collective call
@@ -409,9 +458,11 @@ class Session:
         return time.monotonic(), self._exchange_state()
 
     def _drop_group(self) -> None:
-        """Let the round's group go: from the session's lasting group too (see `_drop_group`)."""
+        """Let the round's group go: from the session's lasting groups too (see `_drop_group`)."""
         self.process_group.abort()
         self.process_group.configure(None, 0, 1)
+        if self._sharded is not None:
+            self._sharded.drop()
         group_sockets.release()
         _drop_group()
 
@@ -444,7 +495,7 @@ class Session:
             kind, since = self._activity
             if kind == "idle" or self.assignment is None:
                 continue
-            if kind == "step" and self.process_group.pending:
+            if kind == "step" and self._pending:
                 kind = "collective"  # a DDP backward waiting on its peers: theirs to report, not this worker's
             if since != measured_since:
                 cpu_wait.restart()  # up to one tick late: a wait before it counts as progress, never as a hang
@@ -457,8 +508,9 @@ class Session:
             overdue = kind == "step" and deadline is not None and wall > deadline
             waited = cpu_wait.waited() if overdue else 0.0
             over = kind == "collective" and self._round_is_over()
-            if over and self.process_group.pending:
-                self.process_group.abort()  # an NCCL collective whose round ended fails now (gloo's fail alone)
+            if over and self._pending:
+                for group in self._lasting_groups:  # an NCCL collective whose round ended fails now (gloo's alone)
+                    group.abort()
             decision = verdict(runnable_elapsed(wall, waited), deadline, kind == "collective", over, self._hang,
                                grace=abandon_after(steps, self._hang))
             if decision is Verdict.CONTINUE:

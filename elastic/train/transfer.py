@@ -18,10 +18,13 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.tensor import DTensor, Placement, Replicate, Shard
 
 from elastic.policy.state_source import Report, TransferPlan
 
 SLOT = "__elastic_tensor_slot__"  # marks a tensor's place in the structure (a dict key no state uses)
+DTENSOR = "__elastic_dtensor__"  # beside a slot: the tensor is a DTensor's local shard, and how it is placed
 ALIGN = 64  # each tensor's bytes start at a multiple of this: a view of any dtype is aligned
 
 
@@ -33,18 +36,20 @@ class Received:
     nbytes: int
 
 
-def exchange_reports(step: int, holds_state: bool, world_size: int) -> list[Report]:
-    mine = torch.tensor([step, int(holds_state)], dtype=torch.int64)
+def exchange_reports(step: int, holds_state: bool, shard: int, world_size: int) -> list[Report]:
+    mine = torch.tensor([step, int(holds_state), shard], dtype=torch.int64)
     gathered = [torch.empty_like(mine) for _ in range(world_size)]
     dist.all_gather(gathered, mine)
-    return [Report(int(t[0]), bool(t[1])) for t in gathered]
+    return [Report(int(t[0]), bool(t[1]), int(t[2])) for t in gathered]
 
 
-def move_state(plan: TransferPlan, rank: int, world_size: int, state: dict[str, Any] | None) -> Received | None:
+def move_state(plan: TransferPlan, rank: int, world_size: int, state: dict[str, Any] | None,
+               mesh: DeviceMesh | None = None) -> Received | None:
     """Run this rank's part of `plan`; the receivers get the state back (others None).
 
     `state` is needed on the source only. The caller loads it outside any collective: a state dict its
-    script refuses is the script's own error, not a failed collective.
+    script refuses is the script's own error, not a failed collective. A DTensor (an FSDP2 module's shard)
+    travels as its local shard and is rebuilt on the receiver's `mesh`, with the source's placements.
     """
     if not plan.receivers or (rank != plan.source and rank not in plan.receivers):
         return None
@@ -58,7 +63,7 @@ def move_state(plan: TransferPlan, rank: int, world_size: int, state: dict[str, 
     header = torch.load(io.BytesIO(header_bytes.numpy().tobytes()), weights_only=True)
     buffer = torch.empty(int(header["size"]), dtype=torch.uint8)
     _receive(plan, world_size, buffer)
-    return Received(join(header["skeleton"], unpack(header["slots"], buffer)), int(header["size"]))
+    return Received(join(header["skeleton"], unpack(header["slots"], buffer), mesh), int(header["size"]))
 
 
 def split(value: Any) -> tuple[Any, list[torch.Tensor]]:
@@ -66,6 +71,10 @@ def split(value: Any) -> tuple[Any, list[torch.Tensor]]:
     tensors: list[torch.Tensor] = []
 
     def walk(item: Any) -> Any:
+        if isinstance(item, DTensor):  # its local shard; the receiver rebuilds it on its own mesh
+            tensors.append(item.to_local().detach())
+            return {SLOT: len(tensors) - 1, DTENSOR: {"placements": [_placement(p) for p in item.placements],
+                                                     "shape": list(item.shape), "stride": list(item.stride())}}
         if isinstance(item, torch.Tensor):
             tensors.append(item.detach())
             return {SLOT: len(tensors) - 1}
@@ -80,17 +89,36 @@ def split(value: Any) -> tuple[Any, list[torch.Tensor]]:
     return walk(value), tensors
 
 
-def join(skeleton: Any, tensors: list[torch.Tensor]) -> Any:
-    """`split` undone: each slot replaced by its tensor."""
+def join(skeleton: Any, tensors: list[torch.Tensor], mesh: DeviceMesh | None = None) -> Any:
+    """`split` undone: each slot replaced by its tensor (a DTensor's, rebuilt on `mesh`)."""
     if isinstance(skeleton, dict):
-        if len(skeleton) == 1 and SLOT in skeleton:
-            return tensors[skeleton[SLOT]]
-        return {key: join(v, tensors) for key, v in skeleton.items()}
+        if SLOT in skeleton and set(skeleton) <= {SLOT, DTENSOR}:
+            tensor = tensors[skeleton[SLOT]]
+            return tensor if DTENSOR not in skeleton else _dtensor(tensor, skeleton[DTENSOR], mesh)
+        return {key: join(v, tensors, mesh) for key, v in skeleton.items()}
     if isinstance(skeleton, list):
-        return [join(v, tensors) for v in skeleton]
+        return [join(v, tensors, mesh) for v in skeleton]
     if isinstance(skeleton, tuple):
-        return tuple(join(v, tensors) for v in skeleton)
+        return tuple(join(v, tensors, mesh) for v in skeleton)
     return skeleton
+
+
+def _placement(placement: Placement) -> list[Any]:
+    """A DTensor placement as plain values (the header is loaded with `weights_only=True`)."""
+    if isinstance(placement, Shard):
+        return ["shard", placement.dim]
+    if isinstance(placement, Replicate):
+        return ["replicate"]
+    raise TypeError(f"in-place handover: a DTensor placed as {placement} (Shard and Replicate travel)")
+
+
+def _dtensor(local: torch.Tensor, spec: dict[str, Any], mesh: DeviceMesh | None) -> DTensor:
+    if mesh is None:
+        raise RuntimeError("in-place handover: a peer sent a sharded (DTensor) state and this session has no device "
+                           "mesh: create every rank's Session with the same shard_size")
+    placements = [Shard(p[1]) if p[0] == "shard" else Replicate() for p in spec["placements"]]
+    return DTensor.from_local(local, mesh, placements, run_check=False, shape=torch.Size(spec["shape"]),
+                              stride=tuple(spec["stride"]))
 
 
 def pack(tensors: list[torch.Tensor]) -> tuple[list[dict[str, Any]], torch.Tensor]:

@@ -1,0 +1,106 @@
+"""HSDP in place (issue 45): an FSDP2 model sharded over 2 ranks per node, replicated across nodes, through a
+worker crash, a node loss, a scale-up and a scale-down; every epoch's samples read once, and the parameters
+those of a fault-free replay.
+
+Real etcd, real `elastic agent --recovery=in-place` agents with 2 workers each (one replica of the model per
+node, `examples/train_inplace.py --hsdp 2`: each Linear and the whole `fully_shard()`ed on the session's
+device mesh), gloo on CPU, float64. A crashed worker's replacement gets its shard from that shard's holder
+in the other replica, in memory; a lost node takes a whole replica and the survivors train on as one; a new
+node's two workers receive one shard each from the survivors. The checks are `test_exactly_once`'s: the
+committed steps' ids epoch by epoch, and a replay in this process from the seed and the logged world sizes
+(FSDP's reduce-scatter and the replicas' all-reduce add the ranks' gradients in orders of their own, hence
+the tolerance, with a check that one skipped sample moves the parameters by more than 10 x that).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import time
+from collections import defaultdict
+
+import pytest
+import torch
+from test_exactly_once import DONE, READS, TOLERANCE, difference, replay, train_to
+from test_inplace_recovery import RECOVERED, in_place_job  # noqa: F401 (the fixture)
+
+from harness.agents import AgentProcess, wait_until
+
+pytestmark = pytest.mark.slow
+
+DATASET, BATCH, HIDDEN, TOTAL = 300, 4, 32, 240
+
+
+def ranks_now(agent: AgentProcess) -> set[int]:
+    """The ranks of the agent's workers in the newest round they reported."""
+    found = [(int(m[1]), int(m[2])) for m in RECOVERED.finditer(agent.output())]
+    newest = max((r for r, _ in found), default=None)
+    return {rank for r, rank in found if r == newest}
+
+
+def test_hsdp_survives_a_crash_a_node_loss_a_scale_up_and_down_in_place(in_place_job, tmp_path):  # noqa: F811
+    seed = int(os.environ.get("ELASTIC_EXACTLY_ONCE_SEED") or time.time_ns() % 1_000_000)
+    draw = random.Random(seed)
+    crash_at = draw.randint(15, 40)
+    final = tmp_path / "final.pt"
+    job = in_place_job("1:2", ["--hsdp", "2", "--steps", str(TOTAL), "--step-seconds", "0.06",
+                               "--hidden", str(HIDDEN), "--dataset-size", str(DATASET), "--batch-size", str(BATCH),
+                               "--seed", str(seed), "--dtype", "float64", "--log-samples",
+                               "--crash-at-step", str(crash_at), "--crash-marker", str(tmp_path / "crashed"),
+                               "--save-final", str(final)], nproc_per_node=2)
+    note = f"seed {seed} (ELASTIC_EXACTLY_ONCE_SEED={seed} replays it)\n"
+    first = [job.add_agent() for _ in range(2)]
+
+    train_to(job, crash_at + draw.randint(10, 25), 4, after=0)  # rank 1 crashed and was replaced, in place
+    assert "crashing rank=1" in job.output(), note + job.logs()
+    replaced = [line for line in job.output().splitlines() if line.startswith("recovered ") and "bytes=0 " not in line]
+    assert replaced, note + "the replacement received its shard from a peer: " + job.logs()
+    lost = next(a for a in first if 0 not in ranks_now(a))
+    lost.kill()  # a node loss: a whole replica, SIGKILL
+    at = time.time()
+    train_to(job, 0, 2, after=at)
+    top = max(s.step for a in job.agents for s in a.steps())
+    train_to(job, top + draw.randint(10, 25), 2, after=at)
+    job.add_agent()  # a scale-up: a new replica, each worker receiving its shard
+    at = time.time()
+    train_to(job, 0, 4, after=at)
+    top = max(s.step for a in job.agents for s in a.steps())
+    train_to(job, top + draw.randint(10, 25), 4, after=at)
+    leaving = next(a for a in job.agents if a.returncode is None and 0 not in ranks_now(a))
+    os.kill(leaving.pid, signal.SIGTERM)  # a scale-down with notice
+    at = time.time()
+    train_to(job, 0, 2, after=at)
+    stayed = [a for a in job.agents if a is not lost and a is not leaving]
+    assert wait_until(lambda: all(a.returncode is not None for a in stayed), 180), note + job.logs()
+    assert [a.returncode for a in stayed] == [0] * len(stayed), note + job.logs()
+
+    done = DONE.findall(job.output())
+    assert len(done) == 2 * len(stayed) and len({checksum for *_, checksum in done}) == 1, note + job.logs()
+    committed = sorted((s for a in job.agents for s in a.steps()), key=lambda s: s.step)
+    assert [s.step for s in committed] == list(range(TOTAL)), note + "every step committed once: " + job.logs()
+    reads: dict[tuple[int, int], dict[int, tuple[int, int, list[int]]]] = defaultdict(dict)
+    for m in READS.finditer(job.output()):
+        ids = [int(i) for i in m[6].split(",")] if m[6] else []
+        reads[(int(m[1]), int(m[2]))][int(m[4])] = (int(m[3]), int(m[5]), ids)
+    per_epoch: dict[int, list[int]] = defaultdict(list)
+    for s in committed:
+        attempt = reads[(s.step, s.restart)]
+        assert sorted(attempt) == list(range(s.world_size)), f"{note}step {s.step}: every rank's read: {attempt}"
+        for epoch, _, ids in attempt.values():
+            per_epoch[epoch].extend(ids)
+    last = max(per_epoch)
+    for epoch, ids in sorted(per_epoch.items()):
+        assert len(ids) == len(set(ids)), f"{note}epoch {epoch}: a sample read twice"
+        if epoch < last:
+            assert sorted(ids) == list(range(DATASET)), f"{note}epoch {epoch}: every sample read"
+    assert sorted({s.world_size for s in committed}) == [2, 4], note
+
+    trained = torch.load(final, weights_only=True)
+    steps = [(s.world_size, reads[(s.step, s.restart)]) for s in committed]
+    worst = difference(trained, replay(seed, steps, note))
+    assert worst <= TOLERANCE, f"{note}the run's parameters differ from the fault-free replay by {worst}"
+    skipped = max(difference(trained, replay(seed, steps, note, skip_one_at=len(steps) * k // 4)) for k in (1, 2, 3))
+    assert skipped > 10 * TOLERANCE, f"{note}one sample skipped moves the parameters by {skipped} only"
+    budget = job.budget()
+    assert [c["reason"] for c in budget["charges"]] == ["WorkerFailure", "MemberLost"], note + str(budget)
