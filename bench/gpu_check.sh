@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The GPU check of issue 45: in place on CUDA, through a worker crash, a node loss and a scale-up, timed by
-# bench/recovery.py --hot beside restart mode, in one run. Run it on a machine with torch's CUDA build:
+# The GPU check of issue 45: in place on CUDA, through a worker crash, a node loss and a scale-up (and HSDP
+# 2 x 2 through worker crashes), timed by bench/recovery.py --hot beside restart mode, in one run. Run it on a
+# machine with torch's CUDA build:
 #
 #   bash bench/gpu_check.sh            # 2 agents, 1 worker each, the 101 MB model, 3 incidents per scenario
 #
@@ -27,3 +28,9 @@ echo "gpu_check: $RANKS ranks on $GPUS GPU(s): the training group is $BACKEND"
 
 "$PY" bench/recovery.py --hot --device cuda --backend "$BACKEND" --sizes "$RANKS" --incidents "$INCIDENTS" \
   --blocks 1 --scenarios worker_crash,node_loss,scale_up --variants in-place,in-place-ddp,restart --timeout 60
+
+# HSDP (FSDP2 over replicas of 2 ranks) needs 4 ranks for a 2 x 2 mesh; worker crashes only (design 3.25).
+if [ "$GPUS" -ge 4 ]; then HSDP_BACKEND=nccl; else HSDP_BACKEND=gloo; fi
+echo "gpu_check: HSDP 2 x 2 on $GPUS GPU(s): the training group is $HSDP_BACKEND"
+"$PY" bench/recovery.py --hot --device cuda --backend "$HSDP_BACKEND" --sizes 4 --incidents "$INCIDENTS" \
+  --blocks 1 --scenarios worker_crash --variants in-place,in-place-hsdp,restart --timeout 60

@@ -64,10 +64,12 @@ C10D_TUNED = Variant("c10d-tuned", "c10d", {"last_call_timeout": common.EQUAL_LA
 C10D_DEFAULTS = Variant("c10d-defaults", "c10d", {}, "stock torchrun, torch defaults (last call 30 s, 5 s x 3)")
 IN_PLACE_DDP = Variant("in-place-ddp", "etcd-v3", BUDGET, "as in-place, the model in elastic.train."
                        "DistributedDataParallel (DDP's bucketed all-reduce, then the commit gate's one number)")
-IN_PLACE_KINDS = (IN_PLACE, IN_PLACE_DDP)  # jobs that run a known number of steps and end with `done` lines
-VARIANTS = {v.name: v for v in (IN_PLACE, IN_PLACE_DDP, RESTART, C10D_TUNED, C10D_DEFAULTS)}
-LAUNCHERS = {IN_PLACE.name: (*AGENT, "--recovery=in-place"), IN_PLACE_DDP.name: (*AGENT, "--recovery=in-place"),
-             RESTART.name: AGENT}
+IN_PLACE_HSDP = Variant("in-place-hsdp", "etcd-v3", BUDGET, "as in-place, the model fully_shard()ed (FSDP2) over "
+                        "replicas of 2 agents, the replicas averaged (HSDP 2 x N/2); worker crashes at 4+ agents only")
+IN_PLACE_KINDS = (IN_PLACE, IN_PLACE_DDP, IN_PLACE_HSDP)  # jobs that run a known number of steps, end with `done`
+VARIANTS = {v.name: v for v in (IN_PLACE, IN_PLACE_DDP, IN_PLACE_HSDP, RESTART, C10D_TUNED, C10D_DEFAULTS)}
+LAUNCHERS = {**{v.name: (*AGENT, "--recovery=in-place") for v in IN_PLACE_KINDS}, RESTART.name: AGENT}
+HSDP_SHARD = 2  # ranks per replica in the in-place-hsdp variant
 SCENARIOS = ("worker_crash", "node_loss", "scale_up")
 PHASES = ("detect", "abort", "rendezvous", "process_group", "state_transfer", "first_step")
 VARIANTS |= {v.name: v for v in torchft_job.VARIANTS}  # peers (bench/peers/torchft_job.py), in the same turns
@@ -220,6 +222,7 @@ class HotBench:
         if variant in IN_PLACE_KINDS:
             script_args += ["--steps", str(STEPS_PER_INCIDENT * (incidents + 2))]
             script_args += ["--ddp"] if variant is IN_PLACE_DDP else []
+            script_args += ["--hsdp", str(HSDP_SHARD)] if variant is IN_PLACE_HSDP else []
         else:
             script_args += ["--steps", "1000000", "--checkpoint-dir", str(root / "checkpoints"),
                             "--checkpoint-every", str(self.args.checkpoint_every)]
@@ -267,6 +270,9 @@ class HotBench:
         loss = [s for s in self.args.scenarios if s != "worker_crash"]
         if variant.backend == torchft_job.BACKEND:  # worker crashes only (torchft_job.SCENARIOS)
             loss = []
+        if variant is IN_PLACE_HSDP:  # a crash's shard needs a replica (4+ agents); a lost node leaves a half one
+            loss = []
+            crash = crash if size >= 2 * HSDP_SHARD and size % HSDP_SHARD == 0 else []
         for scenarios, count, min_nodes in ((crash, crashes, crash_min), (loss, losses, 1)):
             self.jobs(variant, size, [s for _ in range(count) for s in scenarios], min_nodes)
 
@@ -486,7 +492,7 @@ def censored(found: list[float | None], timeout: float) -> list[float]:
 def result_line(rows: list[Incident], scenario: str, agents: int | None, timeout: float,
                 variant: Variant = IN_PLACE) -> str:
     name = scenario if agents is None else f"{scenario}_{agents}_agents"
-    name = name if variant is IN_PLACE else f"ddp_{name}"
+    name = name if variant is IN_PLACE else f"{variant.name.removeprefix('in-place-')}_{name}"
     mine = incidents_of(rows, scenario, variant.name, agents)
     got = censored([r.value for r in mine], timeout)
     median = statistics.median(got) if got else math.nan
