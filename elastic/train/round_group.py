@@ -12,6 +12,7 @@ skipped the same way: the round is over for this rank.
 
 from __future__ import annotations
 
+import gc
 import threading
 import weakref
 from collections.abc import Callable
@@ -222,8 +223,7 @@ class RoundGroup(dist.ProcessGroup):
 
     def _failed(self, err: BaseException) -> None:
         if self.error is None:
-            lines = str(err).strip().splitlines()
-            self.error = lines[0][:200] if lines else type(err).__name__
+            self.error = first_line(err)
 
 
 def _given(opts: Any) -> tuple[Any, ...]:
@@ -234,3 +234,31 @@ def _done(value: Any) -> DoneWork:
     future: torch.futures.Future[Any] = torch.futures.Future()
     future.set_result(value)
     return DoneWork(future)
+
+
+def destroy_world() -> None:
+    """Destroy the default group and free it now: its sockets close, so its peers' pending receives fail
+    at once (gloo on torch 2.13: neither abort() nor shutdown() does that, nor a group still referenced).
+
+    Survivors leave a broken group in a cascade (a rank stuck in a ring receive fails only once its neighbour
+    dropped the group), so this is on every recovery's path: a full collection costs 0.1 s in a process with
+    torch loaded, and is only run when a reference cycle (a traceback's frames) still holds the group.
+    """
+    if not dist.is_initialized():
+        # A group that failed half-way through init_process_group took a group number without registering
+        # a world, and only destroying the world resets the counter: unreset, this process would name its
+        # next group "1/" in the store while a fresh peer names it "0/", and neither would ever find the other.
+        dist.distributed_c10d._world.group_count = 0
+        gc.collect()
+        return
+    group = weakref.ref(dist.group.WORLD)
+    dist.destroy_process_group()
+    if group() is not None:
+        gc.collect()
+
+
+
+def first_line(err: BaseException) -> str:
+    """A communication failure as one line: never the error itself, whose traceback holds the process group."""
+    text = str(err).strip().splitlines()
+    return text[0][:200] if text else type(err).__name__

@@ -14,12 +14,10 @@ a failed collective raises, and the launcher restarts the worker, as without thi
 from __future__ import annotations
 
 import functools
-import gc
 import os
 import sys
 import threading
 import time
-import weakref
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -40,10 +38,9 @@ from elastic.train.context import ABANDONED_EXIT, HUNG_EXIT, Heartbeat, Marker, 
 from elastic.train.cpu_wait import CpuWait
 from elastic.train.mesh import ShardedGroups
 from elastic.train.progress import ProgressReporter
-from elastic.train.rng import rng_states, set_rng_states
-from elastic.train.round_group import COMMUNICATION_ERRORS, RoundGroup
+from elastic.train.registry import StateRegistry
+from elastic.train.round_group import COMMUNICATION_ERRORS, RoundGroup, destroy_world, first_line
 from elastic.train.rounds import Assignment, RoundFollower, round_over
-from elastic.train.sampler import ElasticSampler
 from elastic.train.transfer import Received, exchange_reports, move_state
 
 WATCHDOG_SECONDS = 0.1
@@ -94,17 +91,7 @@ class Session:
         backend: str | None = None,
         shard_size: int | None = None,
     ) -> None:
-        if (state_dict is None) != (load_state_dict is None):
-            raise TypeError("Session: state_dict and load_state_dict go together (one saves what the other loads)")
-        self._state_dict = state_dict
-        self._load_state_dict = load_state_dict
-        self._objects: dict[str, Any] = {}
-        # What a peer sent for names this process has not registered yet (a drop-in script registers its
-        # optimizer at its first step): loaded when they are registered.
-        self._unclaimed: dict[str, Any] = {}
-        for name, obj in (state or {}).items():
-            self.register(name, obj)
-        self._rng = rng
+        self._state = StateRegistry(state_dict, load_state_dict, state, rng)
         self.step = step
         self.timeout = timeout
         self.join_timeout = join_timeout
@@ -182,18 +169,11 @@ class Session:
         """Add `obj` to the job's state under `name` (what `state=` does at construction). Registered after the
         session joined, it takes what a peer sent under that name, if anything: a replacement's optimizer that
         the drop-in calls (`elastic.train.init_process_group`) find at its first step gets the survivors' state."""
-        stateful = hasattr(obj, "state_dict") and hasattr(obj, "load_state_dict")
-        if not (isinstance(obj, torch.Tensor) or stateful):
-            raise TypeError(f"Session: state[{name!r}] is a {type(obj).__name__}, which has no state_dict() and "
-                            "load_state_dict(): register a model, optimizer, scheduler, sampler or tensor, or "
-                            "pass it through the state_dict/load_state_dict callables")
-        self._objects[name] = obj
-        if name in self._unclaimed:
-            _load_object(obj, self._unclaimed.pop(name))
+        self._state.register(name, obj)
 
     def registered(self, name: str) -> Any | None:
         """What is registered under `name`, if anything."""
-        return self._objects.get(name)
+        return self._state.registered(name)
 
     @property
     def joined(self) -> bool:
@@ -315,7 +295,7 @@ class Session:
         the step (and `loss`, if given) to the job's progress key, at most once a second."""
         now = time.monotonic()
         self._step_seconds.append(now - self._activity[1])
-        samplers = [obj for obj in self._objects.values() if isinstance(obj, ElasticSampler)]
+        samplers = self._state.samplers()
         if self._log_steps and self.rank == 0:
             read = " ".join(f"epoch={s.position.epoch} consumed={s.position.consumed}" for s in samplers[:1])
             print(f"elastic.train: committed step={self.step} round={self.round} world_size={self.world_size} {read}",
@@ -390,33 +370,12 @@ class Session:
 
     def state_dict(self) -> dict[str, Any]:
         """The job's state as a replacement receives it and a checkpoint keeps it: the committed step, every
-        registered object, the callables' dict and the RNG states."""
-        saved: dict[str, Any] = {"step": self.step}
-        if self._objects:
-            saved["objects"] = {name: obj if isinstance(obj, torch.Tensor) else obj.state_dict()
-                                for name, obj in self._objects.items()}
-        if self._state_dict is not None:
-            saved["state"] = self._state_dict()
-        if self._rng:
-            saved["rng"] = rng_states()
-        return saved
+        registered object, the callables' dict and the RNG states (`elastic.train.registry`)."""
+        return self._state.state_dict(self.step)
 
     def load_state_dict(self, saved: dict[str, Any]) -> None:
         """Load what `state_dict()` gave (a peer's or a checkpoint's), the step included."""
-        objects = saved.get("objects", {})
-        missing = sorted(set(self._objects) - set(objects))
-        if missing:
-            raise KeyError(f"Session: the saved state has no {', '.join(missing)} (it has: "
-                           f"{', '.join(sorted(objects)) or 'no registered objects'}); register the same names "
-                           "as the run that saved it")
-        for name, obj in self._objects.items():
-            _load_object(obj, objects[name])
-        self._unclaimed = {name: value for name, value in objects.items() if name not in self._objects}
-        if self._load_state_dict is not None:
-            self._load_state_dict(saved["state"])
-        if self._rng and "rng" in saved:
-            set_rng_states(saved["rng"])
-        self.step = int(saved["step"])
+        self.step = self._state.load_state_dict(saved)
 
     def _exchange_state(self) -> tuple[int, Received] | None:
         """Every rank's report, HSDP's groups for this round (each rank on the shard it holds), then each
@@ -458,13 +417,13 @@ class Session:
         return time.monotonic(), self._exchange_state()
 
     def _drop_group(self) -> None:
-        """Let the round's group go: from the session's lasting groups too (see `_drop_group`)."""
+        """Let the round's group go: from the session's lasting groups too (see `destroy_world`)."""
         self.process_group.abort()
         self.process_group.configure(None, 0, 1)
         if self._sharded is not None:
             self._sharded.drop()
         group_sockets.release()
-        _drop_group()
+        destroy_world()
 
     def _communicate(self, action: Callable[[], T]) -> tuple[T | None, str | None]:
         """Run a collective step; a communication failure comes back as its first line, never as the error
@@ -474,7 +433,7 @@ class Session:
             with self._collective():
                 return action(), None
         except COMMUNICATION_ERRORS as err:
-            return None, _first_line(err)
+            return None, first_line(err)
 
     # --- hang detection ---
 
@@ -529,37 +488,4 @@ class Session:
         if self.context.marker_dir:
             marker = Marker(os.getpid(), round_number, round_number if broken else None)
             marker.write(self.context.marker_dir, self.context.local_rank)
-
-
-def _drop_group() -> None:
-    """Destroy the default group and free it now: its sockets close, so its peers' pending receives fail
-    at once (gloo on torch 2.13: neither abort() nor shutdown() does that, nor a group still referenced).
-
-    Survivors leave a broken group in a cascade (a rank stuck in a ring receive fails only once its neighbour
-    dropped the group), so this is on every recovery's path: a full collection costs 0.1 s in a process with
-    torch loaded, and is only run when a reference cycle (a traceback's frames) still holds the group.
-    """
-    if not dist.is_initialized():
-        # A group that failed half-way through init_process_group took a group number without registering
-        # a world, and only destroying the world resets the counter: unreset, this process would name its
-        # next group "1/" in the store while a fresh peer names it "0/", and neither would ever find the other.
-        dist.distributed_c10d._world.group_count = 0
-        gc.collect()
-        return
-    group = weakref.ref(dist.group.WORLD)
-    dist.destroy_process_group()
-    if group() is not None:
-        gc.collect()
-
-
-def _load_object(obj: Any, saved: Any) -> None:
-    if isinstance(obj, torch.Tensor):
-        obj.copy_(saved)
-    else:
-        obj.load_state_dict(saved)
-
-
-def _first_line(err: BaseException) -> str:
-    text = str(err).strip().splitlines()
-    return text[0][:200] if text else type(err).__name__
 
