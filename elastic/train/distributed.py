@@ -37,6 +37,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch.optim.lr_scheduler import LRScheduler
 
 from elastic.train.context import WorkerContext
 from elastic.train.optimizer_gate import OptimizerGate
@@ -92,8 +93,12 @@ def join() -> Session:
 
 def register(name: str, obj: Any) -> None:
     """Add an object the drop-in calls do not find themselves (an LR scheduler, a gradient scaler) to the
-    job's state: a replacement receives it from a survivor, and a checkpoint of `state_dict()` keeps it."""
+    job's state: a replacement receives it from a survivor, and a checkpoint of `state_dict()` keeps it. An
+    LR scheduler's `step()` then does nothing after a dropped step (`OptimizerGate.guard`)."""
     current_session().register(name, obj)
+    if isinstance(obj, LRScheduler):
+        assert _current is not None
+        _current[1].guard(obj)
 
 
 def unique_name(session: Session, base: str, obj: Any) -> str:

@@ -10,6 +10,9 @@ new world size. After an applied step the session counts it (`Session.commit`: t
 position). At the optimizer's first step the gate registers it with the session ("optimizer"), which is when
 a replacement loads the state its survivors sent for it.
 
+An LR scheduler registered through `elastic.train.register` steps only after an applied step (`guard`): its
+schedule counts committed steps, which is what a replacement that receives it counts too.
+
 One gated optimizer per process: a second one would commit every step twice (scripts with several
 optimizers use the `Session` loop, where the script commits once per step).
 """
@@ -21,6 +24,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from torch.optim.lr_scheduler import LRScheduler
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
 from elastic.train.session import Session
@@ -33,7 +37,7 @@ class OptimizerGate:
         self.session = session
         self._join = join
         self._gated: weakref.WeakKeyDictionary[torch.optim.Optimizer, bool] = weakref.WeakKeyDictionary()
-        self._dropped: weakref.WeakSet[torch.optim.Optimizer] = weakref.WeakSet()
+        self._dropped: weakref.WeakSet[torch.optim.Optimizer] = weakref.WeakSet()  # their last step was dropped
         self._handles = [register_optimizer_step_pre_hook(self._before_step),
                          register_optimizer_step_post_hook(self._after_step)]
 
@@ -54,7 +58,18 @@ class OptimizerGate:
                 self.session.register("optimizer", optimizer)
         return self._gated[optimizer]
 
+    def guard(self, scheduler: LRScheduler) -> None:
+        """`scheduler.step()` does nothing after a dropped step of its optimizer."""
+        step = scheduler.step
+
+        def step_if_applied(*args: Any, **kwargs: Any) -> None:
+            if scheduler.optimizer not in self._dropped:
+                step(*args, **kwargs)
+
+        scheduler.step = step_if_applied  # type: ignore[method-assign]
+
     def _before_step(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        self._dropped.discard(optimizer)
         if not self._is_gated(optimizer):
             return
         # A step whose backward ran before the session had a group reduced nothing: dropped like any other.
@@ -68,7 +83,5 @@ class OptimizerGate:
         self._dropped.add(optimizer)
 
     def _after_step(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
-        if optimizer in self._dropped:
-            self._dropped.discard(optimizer)
-        elif self._gated.get(optimizer):
+        if optimizer not in self._dropped and self._gated.get(optimizer):
             self.session.commit()

@@ -82,3 +82,49 @@ def test_each_step_moves_the_loader_on_and_the_epoch_follows_the_job(group: et.S
     assert group.state_dict()["objects"]["sampler"]["epoch"] == 2
     with pytest.raises(RuntimeError, match="a second optimizer"):
         torch.optim.SGD(model.parameters(), lr=0.1).step()
+
+
+class DroppingSession:
+    """A session whose gate drops every step (what a membership change does to the step that noticed it): the
+    gate's own rule is under test, not a round's."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        self.model, self.joined, self.committed, self.state = model, True, 0, {}
+        self.process_group = self
+
+    def parameters(self) -> list[torch.nn.Parameter]:
+        return list(self.model.parameters())
+
+    def should_commit(self) -> bool:
+        return False
+
+    def register(self, name: str, obj: object) -> None:
+        self.state[name] = obj
+
+    def commit(self) -> None:
+        self.committed += 1
+
+
+def test_a_registered_scheduler_does_not_step_after_a_dropped_step() -> None:
+    from elastic.train.optimizer_gate import OptimizerGate
+
+    model = torch.nn.Linear(2, 1)
+    session = DroppingSession(model)
+    gate = OptimizerGate(session, join=lambda: session)  # type: ignore[arg-type]
+    try:
+        optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
+        scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.5)
+        gate.guard(scheduler)
+        before = [p.detach().clone() for p in model.parameters()]
+        model(torch.ones(1, 2)).sum().backward()
+        optimizer.step()
+        scheduler.step()
+        assert all(torch.equal(a, p) for a, p in zip(before, model.parameters(), strict=True)), "step dropped"
+        assert session.committed == 0 and scheduler.get_last_lr() == [1.0], "the schedule counts applied steps"
+        session.should_commit = lambda: True  # type: ignore[method-assign]
+        model(torch.ones(1, 2)).sum().backward()
+        optimizer.step()
+        scheduler.step()
+        assert session.committed == 1 and scheduler.get_last_lr() == [0.5]
+    finally:
+        gate.remove()
