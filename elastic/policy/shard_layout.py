@@ -12,7 +12,8 @@ gradients' all-reduce across replicas).
 
 What the layout cannot keep, it refuses with a reason (`LayoutError`): a world that is not a multiple of
 the shard size, or more holders of one shard than there are replicas (a survivor would have to change
-shards). The session then cannot train that round in place.
+shards). Every rank reads the same reports, so every rank refuses alike: the session then waits for the
+next round (a node joining or leaving whole, or a spare taking the lost rank's place), keeping its state.
 """
 
 from __future__ import annotations

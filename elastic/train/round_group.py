@@ -51,6 +51,10 @@ class RoundGroup(dist.ProcessGroup):
         self._inner_backend: str | None = None
         self._rank, self._size = 0, 1
         self.error: str | None = None  # the first collective failure of this round, as a line
+        # The rank's other lasting groups (HSDP's shard and replicate groups beside this one): a failure in any
+        # ends the round for all of them, so that this rank skips the rest of its step's collectives and
+        # reaches the gate, where dropping its groups releases the peers still waiting on it.
+        self.siblings: list[RoundGroup] = []
         self._modules: weakref.WeakSet[Any] = weakref.WeakSet()  # DDP modules built on this group
         self._pending = 0  # collectives started and not yet completed (the hang watchdog reads it)
         self._pending_lock = threading.Lock()
@@ -222,8 +226,10 @@ class RoundGroup(dist.ProcessGroup):
         return DoneWork(future.then(value_or_input))
 
     def _failed(self, err: BaseException) -> None:
-        if self.error is None:
-            self.error = first_line(err)
+        line = first_line(err)
+        for group in (self, *self.siblings):
+            if group.error is None:
+                group.error = line
 
 
 def _given(opts: Any) -> tuple[Any, ...]:

@@ -30,7 +30,7 @@ import torch.distributed as dist
 
 from elastic.policy.backends import GLOO, GroupPlan, group_plan
 from elastic.policy.hang import HangSettings, Verdict, abandon_after, runnable_elapsed, step_deadline, verdict
-from elastic.policy.shard_layout import place
+from elastic.policy.shard_layout import LayoutError, place
 from elastic.policy.state_source import transfer_plans
 from elastic.rendezvous.fence import RoundFence
 from elastic.train import group_sockets
@@ -132,6 +132,8 @@ class Session:
         # HSDP (`shard_size`): FSDP2's shard group and the replicas' group, each round's under lasting objects.
         self._sharded = ShardedGroups(shard_size) if shard_size is not None else None
         self._round_store: dist.Store | None = None  # in place: the round's store (stock torchrun: torch's)
+        for group in self._lasting_groups:
+            group.siblings = [other for other in self._lasting_groups if other is not group]
 
     @property
     def _activity(self) -> tuple[str, float]:
@@ -338,7 +340,15 @@ class Session:
             found = self._follower.wait_for_assignment(after, self.join_timeout)
             joined_at = time.monotonic()
             self.assignment = found  # the watchdog now checks the round being joined
-            formed, failed = self._communicate(functools.partial(self._form_group, found))
+            try:
+                formed, failed = self._communicate(functools.partial(self._form_group, found))
+            except LayoutError as err:  # every rank read the same reports: every rank waits for the next round
+                self._drop_group()
+                print(f"elastic.train: round {found.round} cannot train in place ({err}); waiting for the next",
+                      file=sys.stderr, flush=True)
+                self._activity = ("idle", time.monotonic())
+                after = found.round
+                continue
             if failed is None:
                 break
             self._drop_group()

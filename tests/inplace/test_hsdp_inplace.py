@@ -10,6 +10,9 @@ node's two workers receive one shard each from the survivors. The checks are `te
 committed steps' ids epoch by epoch, and a replay in this process from the seed and the logged world sizes
 (FSDP's reduce-scatter and the replicas' all-reduce add the ranks' gradients in orders of their own, hence
 the tolerance, with a check that one skipped sample moves the parameters by more than 10 x that).
+
+With one worker per agent (a 2 x 2 mesh over 4 agents), a lost agent leaves 3 ranks, which cannot be whole
+replicas of 2: they wait, keeping their shards, until a fourth agent joins and receives the lost shard.
 """
 
 from __future__ import annotations
@@ -104,3 +107,39 @@ def test_hsdp_survives_a_crash_a_node_loss_a_scale_up_and_down_in_place(in_place
     assert skipped > 10 * TOLERANCE, f"{note}one sample skipped moves the parameters by {skipped} only"
     budget = job.budget()
     assert [c["reason"] for c in budget["charges"]] == ["WorkerFailure", "MemberLost"], note + str(budget)
+
+
+def test_hsdp_with_one_worker_per_agent_waits_for_whole_replicas_after_a_node_loss(in_place_job, tmp_path):  # noqa: F811
+    seed = int(os.environ.get("ELASTIC_EXACTLY_ONCE_SEED") or time.time_ns() % 1_000_000)
+    draw = random.Random(seed)
+    final = tmp_path / "final.pt"
+    total = 120
+    job = in_place_job("3:4", ["--hsdp", "2", "--steps", str(total), "--step-seconds", "0.06",
+                               "--hidden", str(HIDDEN), "--dataset-size", str(DATASET), "--batch-size", str(BATCH),
+                               "--seed", str(seed), "--dtype", "float64", "--log-samples",
+                               "--save-final", str(final)])
+    note = f"seed {seed} (ELASTIC_EXACTLY_ONCE_SEED={seed} replays it)\n"
+    agents = [job.add_agent() for _ in range(4)]
+    train_to(job, draw.randint(15, 40), 4, after=0)
+    lost = next(a for a in agents if 0 not in ranks_now(a))
+    lost.kill()
+    assert wait_until(lambda: "cannot train in place (a world of 3 ranks is not a multiple of the shard size 2"
+                      in job.output(), 60), note + job.logs()
+    waited_at = max(s.step for a in job.agents for s in a.steps())
+    job.add_agent()  # the lost shard comes back from its holder in the other replica
+    at = time.time()
+    train_to(job, waited_at + 1, 4, after=at)
+    stayed = [a for a in job.agents if a is not lost]
+    assert wait_until(lambda: all(a.returncode is not None for a in stayed), 180), note + job.logs()
+    assert [a.returncode for a in stayed] == [0] * len(stayed), note + job.logs()
+    committed = sorted((s for a in job.agents for s in a.steps()), key=lambda s: s.step)
+    assert [s.step for s in committed] == list(range(total)), note + job.logs()
+    assert {s.world_size for s in committed} == {4}, note + "no step trained at 3 ranks"
+    reads: dict[tuple[int, int], dict[int, tuple[int, int, list[int]]]] = defaultdict(dict)
+    for m in READS.finditer(job.output()):
+        ids = [int(i) for i in m[6].split(",")] if m[6] else []
+        reads[(int(m[1]), int(m[2]))][int(m[4])] = (int(m[3]), int(m[5]), ids)
+    steps = [(s.world_size, reads[(s.step, s.restart)]) for s in committed]
+    worst = difference(torch.load(final, weights_only=True), replay(seed, steps, note))
+    assert worst <= TOLERANCE, f"{note}the run's parameters differ from the fault-free replay by {worst}"
+    assert [c["reason"] for c in job.budget()["charges"]] == ["MemberLost"], note
