@@ -15,6 +15,7 @@ from elastic.controller.status import FINAL_PHASES
 from elastic.controller.submit import submit_job
 from elastic.errors import PermanentError
 from elastic.policy.bounds import clamp_replicas
+from elastic.policy.exits import WILL_FAIL_AGAIN
 from elastic.policy.incident import JobEnd
 from elastic.rendezvous.run import JobRun
 from elastic.rendezvous.state import Closed
@@ -59,6 +60,11 @@ def validate_job(args: argparse.Namespace) -> int:
     spec = job.spec
     print(f"{args.job_file}: valid ElasticJob {job.key} ({spec.min_replicas}..{spec.max_replicas} workers, "
           f"maxRestarts {spec.failure_policy.max_restarts})")
+    named = {code for rule in spec.failure_policy.rules if rule.on_exit_codes for code in rule.on_exit_codes.values}
+    permanent = [str(code) for code in sorted(WILL_FAIL_AGAIN) if code not in named]
+    if permanent:
+        print(f"  exit codes {', '.join(permanent)} fail the job at once (the command cannot run as written; "
+              "a failurePolicy rule naming a code overrides this)")
     return 0
 
 

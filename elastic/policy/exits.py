@@ -19,6 +19,13 @@ PREEMPTION_REASONS = frozenset({"Evicted", "Preempted", "DisruptionTarget"})
 
 SIGNAL_BASE = 128  # shells and Kubernetes report death by signal N as exit code 128+N
 
+# Exit codes that say the command cannot run as written, so a retry fails the same way: Python's 2 (a script
+# it cannot open, a command line argparse refuses), the shell's 126 (found, not executable) and 127 (not
+# found). Permanent under every restartPolicy unless a rule names them (a misspelt script name otherwise
+# spent the whole budget, one restart at a time).
+WILL_FAIL_AGAIN = {2: "the command line cannot run (Python: a script it cannot open, or arguments refused)",
+                   126: "the command cannot be executed", 127: "the command was not found"}
+
 
 class Action(str, Enum):
     """What an incident does to the job; the values are those of the spec's `RuleAction`."""
@@ -65,7 +72,9 @@ def classify(cause: Failure, rules: Sequence[Rule], restart_policy: RestartPolic
     """Decide what one incident's first cause does: the first matching rule, else the shorthand.
 
     Preemption reasons that no rule names are free under every shorthand: a user who wants them
-    charged says so with a rule. Exit code 0 is success, never an incident, so it is refused.
+    charged says so with a rule. Exit codes that no rule names and that say the command cannot run
+    (`WILL_FAIL_AGAIN`) are permanent under every shorthand. Exit code 0 is success, never an incident, so
+    it is refused.
     """
     if cause.code == 0:
         raise ValueError(f"exit code 0 is success, not a failure to classify ({cause.describe()})")
@@ -76,6 +85,9 @@ def classify(cause: Failure, rules: Sequence[Rule], restart_policy: RestartPolic
             return Decision(action, index, f"{what} matched failurePolicy.rules[{index}] ({action.value})")
     if cause.reason in PREEMPTION_REASONS:
         return Decision(Action.IGNORE, None, f"{what} is a preemption, free by default (no rule matched)")
+    if cause.code in WILL_FAIL_AGAIN:
+        return Decision(Action.FAIL_JOB, None, f"{what}: {WILL_FAIL_AGAIN[cause.code]}, which a restart would "
+                        "repeat: permanent by default (no rule matched; a rule naming the code overrides)")
     action, why = _shorthand(cause, RestartPolicy(restart_policy))
     return Decision(action, None, f"{what}: no rule matched; {why}")
 

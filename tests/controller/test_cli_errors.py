@@ -196,3 +196,14 @@ def test_a_number_the_os_would_refuse_is_a_usage_line(argv: list[str], expected:
         main(argv)
     err = capsys.readouterr().err
     assert exited.value.code == 2 and expected in err and "Traceback" not in err, err
+
+
+@pytest.mark.parametrize(("rules", "listed"), [
+    ([], "exit codes 2, 126, 127 fail the job at once"),
+    ([{"action": "RestartJob", "onExitCodes": {"operator": "In", "values": [2]}}], "exit codes 126, 127 fail"),
+], ids=["defaults", "a rule naming exit 2 takes it out"])
+def test_validate_says_which_exit_codes_fail_the_job_at_once(rules, listed, tmp_path, capsys) -> None:
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(broken("spec.failurePolicy", {"maxRestarts": 3, "rules": rules})))
+    assert main(["validate", str(path)]) == 0
+    assert listed in capsys.readouterr().out

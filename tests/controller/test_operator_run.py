@@ -30,7 +30,9 @@ def test_a_stopped_run_finishes_its_job_and_the_same_job_runs_again_showing_its_
     again = cli.run("run", str(cli.write(typo)), "--log-dir", str(tmp_path / "logs2"), timeout=STARTUP + 60)
     assert again.returncode == 1, again.stdout + again.stderr
     assert "already exists" not in again.stderr
-    assert "BackoffLimitExceeded" in again.stderr and "restarts 1/1" in again.stdout, again.stdout
+    # Python's exit 2 for a script it cannot open is permanent by default: no restart is spent on it.
+    assert "FailJobRule" in again.stderr and "the command line cannot run" in again.stderr, again.stderr
+    assert "restarts 0/1" in again.stdout, again.stdout
     assert "can't open file" in again.stderr and str(tmp_path / "logs2") in again.stderr, again.stderr
     shown = cli.run("status", "stopped")
     assert "can't open file" in shown.stdout, shown.stdout

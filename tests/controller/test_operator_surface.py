@@ -27,7 +27,7 @@ from elastic.spec import parse_job
 from elastic.store import JobKeys, LeaseKeeper, Store
 from harness.agents import wait_until
 
-PYTHON_ERROR = "/usr/bin/python3: can't open file '/work/examples/train_dpp.py': [Errno 2] No such file or directory"
+PYTHON_ERROR = "RuntimeError: loss is nan at step 40"  # exit 1: retryable (a missing script, exit 2, is not)
 
 
 def spec(name: str, max_restarts: int = 1) -> dict:
@@ -53,14 +53,14 @@ def fail_twice(store: Store, name: str, log_dir: Path) -> tuple[str, Path]:
     member = f"{worker}-4242-beef"  # the agent's id: its worker's name, its pid, a token
     log = log_dir / f"{worker}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
-    log.write_text("".join(f"agent line {i}\n" for i in range(30)) + PYTHON_ERROR + "\nE1204 failed (exitcode: 2)\n")
+    log.write_text("".join(f"agent line {i}\n" for i in range(30)) + PYTHON_ERROR + "\nE1204 failed (exitcode: 1)\n")
     store.put_json(keys.log(worker), {"path": str(log), "started_at": time.time()})
     run.ensure_run(job.metadata.uid, 1, 600)
     for _ in range(2):
         state = run.read()
         assert run.seal(state, state.round, {member: 0})
         state = run.read()
-        run.end_round(state, state.round, run.incident(state, RoundEnd.WORKER_FAILURE, Failure(2, member=member)))
+        run.end_round(state, state.round, run.incident(state, RoundEnd.WORKER_FAILURE, Failure(1, member=member)))
     status = job_status(Observed(job, run.read(), ()), None, None)
     store.put_json(keys.status, status)
     return worker, log
@@ -78,7 +78,7 @@ def test_a_failed_job_shows_its_root_cause_and_a_budget_that_never_reads_over_it
     out = capsys.readouterr().out
     assert "Budget:        2 charged, maxRestarts 1" in out, out
     assert "Controller:    none running" in out and "Replicas:    1 (min 1, max 2)" in out, out
-    charges = [line for line in out.splitlines() if "WorkerFailure" in line and "exit code 2" in line]
+    charges = [line for line in out.splitlines() if "WorkerFailure" in line and "exit code 1" in line]
     assert len(charges) >= 2, out  # the budget's two rows (and the events)
     assert "BackoffLimitExceeded" in out.split("Events:")[1] and PYTHON_ERROR in out.split("Last Failure:")[1]
 
@@ -87,7 +87,7 @@ def test_logs_by_worker_or_member_id_with_tail(store, etcd_server, tmp_path, cap
     worker, _ = fail_twice(store, "typo", tmp_path / "logs")
     etcd = ["--etcd", etcd_server.client_url]
     assert main(["logs", "typo", "--worker", f"{worker}-4242-beef", "--tail", "2", *etcd]) == 0
-    assert capsys.readouterr().out.splitlines() == [PYTHON_ERROR, "E1204 failed (exitcode: 2)"]
+    assert capsys.readouterr().out.splitlines() == [PYTHON_ERROR, "E1204 failed (exitcode: 1)"]
     assert main(["logs", "typo", "--etcd", etcd_server.client_url]) == 0
     assert capsys.readouterr().out.splitlines()[0] == "agent line 0", "one worker: its log as written"
     assert main(["logs", "typo", "--worker", "nobody", "--etcd", etcd_server.client_url]) == 1

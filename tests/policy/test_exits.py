@@ -106,6 +106,13 @@ CLASSIFY = [
         code(137, "OOMKilled"), [rule("Ignore", [1]), rule("FailJob", [137], reasons=["OOMKilled"])], ON_FAILURE,
         FAIL, 1, id="with both conditions matching the rule applies",
     ),
+    # Exit codes that say the command cannot run: permanent under every shorthand, unless a rule names them.
+    pytest.param(code(2), [], ON_FAILURE, FAIL, None, id="exit 2 (a script Python cannot open) fails the job"),
+    pytest.param(code(127), [], ON_FAILURE, FAIL, None, id="exit 127 (command not found) fails the job"),
+    pytest.param(code(126), [], EXIT_CODE, FAIL, None, id="exit 126 (not executable) fails the job"),
+    pytest.param(code(2), [rule("RestartJob", [2])], ON_FAILURE, RESTART, 0, id="a rule naming exit 2 overrides"),
+    pytest.param(code(2), [rule("Ignore", [1])], ON_FAILURE, FAIL, None, id="a rule for another code does not"),
+    pytest.param(code(3), [], ON_FAILURE, RESTART, None, id="exit 3 is the program's own: OnFailure retries it"),
 ]  # fmt: skip
 
 
