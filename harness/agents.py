@@ -73,6 +73,7 @@ def torchrun_command(
     launcher: Sequence[str] = (sys.executable, "-m", "torch.distributed.run"),
     script: Path = EXAMPLE_SCRIPT,
     module: str | None = None,
+    local_addr: str = "127.0.0.1",
 ) -> list[str]:
     """torchrun's command line for one agent; `module`: run `python -m module` instead of `script`."""
     command = [
@@ -84,7 +85,7 @@ def torchrun_command(
         f"--nproc-per-node={nproc_per_node}",
         f"--max-restarts={max_restarts}",
         "--monitor-interval=0.2",
-        "--local-addr=127.0.0.1",
+        f"--local-addr={local_addr}",
     ]
     if conf:
         command.append("--rdzv-conf=" + ",".join(f"{k}={v}" for k, v in conf.items()))
