@@ -37,15 +37,24 @@ def network() -> Iterator[Network]:
     made.close()
 
 
-def agent_on(host: Host, cluster: EtcdCluster, run_id: str, script_args: list[str], log: Path) -> AgentProcess:
-    command = torchrun_command(cluster.endpoints, run_id, "1:2", script_args, launcher=IN_PLACE, script=SCRIPT,
-                               local_addr=host.address)
+def agent_on(host: Host, cluster: EtcdCluster, run_id: str, script_args: list[str], log: Path,
+             conf: dict[str, object] | None = None) -> AgentProcess:
+    command = torchrun_command(cluster.endpoints, run_id, "1:2", script_args, conf=conf, launcher=IN_PLACE,
+                               script=SCRIPT, local_addr=host.address)
     # gloo binds where the host's address is (the machine's hostname resolves outside the namespace)
     return AgentProcess(host.command(command), log, env={"GLOO_SOCKET_IFNAME": host.interface}).start()
 
 
 def steps(agents: list[AgentProcess]) -> list[tuple[int, int]]:
     return [(int(m[1]), int(m[2])) for a in agents for m in STEP.finditer(a.output())]
+
+
+def budget(cluster: EtcdCluster, run_id: str) -> str:
+    """The job's budget record, read on a member's host (the test's own namespace reaches no test host)."""
+    return subprocess.run(
+        cluster.hosts[0].command([str(cluster.binary.parent / "etcdctl"), f"--endpoints={cluster.endpoints}",
+                                  "get", "--print-value-only", JobKeys.parse(f"default/{run_id}").budget]),
+        capture_output=True, text=True, timeout=30, env={**os.environ, "ETCDCTL_API": "3"}).stdout
 
 
 def test_an_in_place_job_across_hosts_trains_on_while_the_etcd_leader_is_cut_off_from_its_quorum(
@@ -71,11 +80,41 @@ def test_an_in_place_job_across_hosts_trains_on_while_the_etcd_leader_is_cut_off
         done = DONE.findall("\n".join(a.output() for a in agents))
         assert len(done) == 2 and done[0][0] == done[1][0] == str(total), logs()
         assert {world for _, world in steps(agents)} == {2}, "no round ended: the etcd leader's loss is free"
-        budget = subprocess.run(
-            members[0].command([str(cluster.binary.parent / "etcdctl"), f"--endpoints={cluster.endpoints}",
-                                "get", "--print-value-only", JobKeys.parse(f"default/{run_id}").budget]),
-            capture_output=True, text=True, timeout=30, env={**os.environ, "ETCDCTL_API": "3"}).stdout
-        assert '"charges": []' in budget or '"charges":[]' in budget, budget
+        record = budget(cluster, run_id)
+        assert '"charges": []' in record or '"charges":[]' in record, record
+    finally:
+        for agent in agents:
+            agent.stop()
+        cluster.stop()
+
+
+def test_an_agent_cut_off_from_etcd_but_not_from_its_peer_is_one_lost_member_and_comes_back(
+        network: Network, tmp_path: Path) -> None:
+    members = [network.add(f"e{i}") for i in range(3)]
+    nodes = [network.add(f"a{i}") for i in range(2)]
+    cluster = EtcdCluster(members, tmp_path).start()
+    run_id, total = "cut-from-etcd", 500
+    args = ["--steps", str(total), "--step-seconds", "0.05", "--hidden", "32"]
+    conf = {"lease_seconds": 3, "last_call_seconds": 1}
+    agents = [agent_on(h, cluster, run_id, args, tmp_path / f"{h.name}.log", conf) for h in nodes]
+    logs = lambda: "\n".join(f"--- {a.log_path.name}\n{a.output()[-3000:]}" for a in agents)  # noqa: E731
+    try:
+        assert wait_until(lambda: any(world == 2 and step >= 20 for step, world in steps(agents)), 120), logs()
+        cut = nodes[1]  # rank 0 prints the steps; which agent holds it does not matter to the rules
+        for member in members:
+            network.cut(cut, member)  # its peer stays reachable: gloo goes on until the survivor leaves
+        assert wait_until(lambda: any(world == 1 for _, world in steps(agents)), 60), \
+            "the survivor trained alone once the cut agent's lease expired\n" + logs()
+        network.heal()
+        back = max(step for step, _ in steps(agents))
+        assert wait_until(lambda: any(world == 2 and step > back for step, world in steps(agents)), 90), \
+            "the cut agent came back and the job grew to 2 again\n" + logs()
+        assert wait_until(lambda: all(a.returncode is not None for a in agents), 180), logs()
+        assert [a.returncode for a in agents] == [0, 0], logs()
+        committed = sorted(step for step, _ in steps(agents))
+        assert committed == list(range(total)), "every step committed once, by one round at a time\n" + logs()
+        record = budget(cluster, run_id)
+        assert record.count('"reason"') == 1 and "MemberLost" in record, record
     finally:
         for agent in agents:
             agent.stop()
