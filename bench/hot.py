@@ -7,6 +7,8 @@ of parameters and SGD momentum) per variant and size; in it, in turn, incidents 
   node_loss     SIGKILL one whole agent with its worker -> first committed step of the survivors' round
                 (the victim is neither rank 0's agent nor the c10d store host)
   scale_up      launch one more agent (the lost one's replacement) -> first committed step at full size
+  spare_takeover  a spare waits (the job is at its maximum), SIGKILL one whole agent -> first committed step
+                at full size, the spare in the lost agent's place (in jobs N:N; etcd-v3 variants; not the default)
 
 Variants, taking turns (a block of incidents each, `--blocks` times): `in-place` (`elastic agent
 --recovery=in-place`: survivors keep their processes, a replacement is a warm fork and gets the state from a
@@ -47,6 +49,8 @@ from typing import TypeVar
 from bench import common
 from bench.agentjob import AgentStep, BenchJob, Failure, LogTail
 from bench.peers import torchft_job
+from elastic.rendezvous.protocol import spares_waiting
+from elastic.rendezvous.run import JobRun
 from elastic.store import JobKeys, Store
 from elastic.store.server import EtcdServer
 from harness.agents import torchrun_command
@@ -70,7 +74,8 @@ IN_PLACE_KINDS = (IN_PLACE, IN_PLACE_DDP, IN_PLACE_HSDP)  # jobs that run a know
 VARIANTS = {v.name: v for v in (IN_PLACE, IN_PLACE_DDP, IN_PLACE_HSDP, RESTART, C10D_TUNED, C10D_DEFAULTS)}
 LAUNCHERS = {**{v.name: (*AGENT, "--recovery=in-place") for v in IN_PLACE_KINDS}, RESTART.name: AGENT}
 HSDP_SHARD = 2  # ranks per replica in the in-place-hsdp variant
-SCENARIOS = ("worker_crash", "node_loss", "scale_up")
+SCENARIOS = ("worker_crash", "node_loss", "scale_up", "spare_takeover")
+DEFAULT_SCENARIOS = SCENARIOS[:3]
 PHASES = ("detect", "abort", "rendezvous", "process_group", "state_transfer", "first_step")
 VARIANTS |= {v.name: v for v in torchft_job.VARIANTS}  # peers (bench/peers/torchft_job.py), in the same turns
 STEADY_STEPS = 10
@@ -215,7 +220,7 @@ class HotBench:
 
     # --- jobs ---
 
-    def start(self, variant: Variant, size: int, incidents: int, min_nodes: int) -> HotJob | None:
+    def start(self, variant: Variant, size: int, incidents: int, nnodes: tuple[int, int]) -> HotJob | None:
         root = Path(tempfile.mkdtemp(prefix=f"hot-{variant.name}-{size}-", dir=self.root))
         script_args = ["--hidden", str(self.args.hidden), "--step-seconds", str(self.args.step_seconds),
                        "--device", self.args.device, *(["--backend", self.args.backend] if self.args.backend else [])]
@@ -227,7 +232,7 @@ class HotBench:
             script_args += ["--steps", "1000000", "--checkpoint-dir", str(root / "checkpoints"),
                             "--checkpoint-every", str(self.args.checkpoint_every)]
         endpoint = self.etcd.client_url if variant.backend == "etcd-v3" else f"127.0.0.1:{common.free_port()}"
-        return self.steady(HotJob(root, variant, endpoint, f"{min_nodes}:{2 * size}", script_args), size)
+        return self.steady(HotJob(root, variant, endpoint, f"{nnodes[0]}:{nnodes[1]}", script_args), size)
 
     def start_torchft(self, variant: Variant, size: int) -> torchft_job.TorchftJob | None:
         """A torchft job trains until stopped, without checkpoints: a peer heals a newcomer."""
@@ -267,20 +272,26 @@ class HotBench:
         node loss and scale-up in turn, in jobs that may shrink (1:2N)."""
         crash_min = 1 if self.args.crash_min_one else size
         crash = [s for s in self.args.scenarios if s == "worker_crash"]
-        loss = [s for s in self.args.scenarios if s != "worker_crash"]
+        loss = [s for s in self.args.scenarios if s in ("node_loss", "scale_up")]
+        spare = [s for s in self.args.scenarios if s == "spare_takeover"]
+        if variant.backend != "etcd-v3":  # a waiting spare is read from the etcd-v3 record; torchft: crashes only
+            spare = []
         if variant.backend == torchft_job.BACKEND:  # worker crashes only (torchft_job.SCENARIOS)
             loss = []
         if variant is IN_PLACE_HSDP:  # a crash's shard needs a replica (4+ agents); a lost node leaves a half one
-            loss = []
+            loss = spare = []
             crash = crash if size >= 2 * HSDP_SHARD and size % HSDP_SHARD == 0 else []
-        for scenarios, count, min_nodes in ((crash, crashes, crash_min), (loss, losses, 1)):
-            self.jobs(variant, size, [s for _ in range(count) for s in scenarios], min_nodes)
+        for scenarios, count, nnodes in ((crash, crashes, (crash_min, 2 * size)), (loss, losses, (1, 2 * size)),
+                                         (spare, losses, (size, size))):
+            self.jobs(variant, size, [s for _ in range(count) for s in scenarios], nnodes)
 
-    def jobs(self, variant: Variant, size: int, events: list[str], min_nodes: int) -> None:
-        """These incidents, in as few jobs as will do."""
+    def jobs(self, variant: Variant, size: int, events: list[str], nnodes: tuple[int, int]) -> None:
+        """These incidents, in as few jobs as will do, of `nnodes` (min, max) agents."""
         while events:
+            # a spare's start takes steps of its own before its incident: its jobs get room for three
+            room = len(events) * (3 if "spare_takeover" in events else 1)
             job = (self.start_torchft(variant, size) if variant.backend == torchft_job.BACKEND
-                   else self.start(variant, size, len(events), min_nodes))
+                   else self.start(variant, size, room, nnodes))
             if job is None:
                 for scenario in events:
                     self.record(self.failed(scenario, variant, size, "the job never started"))
@@ -330,6 +341,12 @@ class HotBench:
         want_live = size - 1 if scenario == "scale_up" else size
         if not self.prepare(job, want_live):
             return self.failed(scenario, variant, size, f"the job did not train at {want_live} agents")
+        spare: int | None = None
+        if scenario == "spare_takeover":
+            spare = len(job.agents)
+            job.add()  # the job is at its maximum: the new agent waits outside the round
+            if not job.wait_for(lambda: self.spare_waits(job), self.args.timeout):
+                return self.failed(scenario, variant, size, "the spare never waited outside the round")
         if variant in IN_PLACE_KINDS:  # space the incidents by steps: each job ends at a known step
             job.fired += 1
             job.wait_for(lambda: job.latest_step() >= job.fired * STEPS_PER_INCIDENT, self.args.timeout)
@@ -346,12 +363,12 @@ class HotBench:
             except RuntimeError as err:  # no worker to kill, or (torchft) no spare ready: nothing was measured
                 return self.failed(scenario, variant, size, str(err))
             want, agents = size, None
-        elif scenario == "node_loss":
+        elif scenario in ("node_loss", "spare_takeover"):
             protected = job.store_host() if variant.backend == "c10d" else job.rank0_agent()
-            victim = max(i for i in live if i != protected)
+            victim = max(i for i in live if i not in (protected, spare))
             t = time.time()
             job.agents[victim].kill()
-            want, agents = size - 1, set(live) - {victim}
+            want, agents = (size - 1, set(live) - {victim}) if scenario == "node_loss" else (size, None)
         else:
             added = len(job.agents)
             t = time.time()
@@ -390,6 +407,10 @@ class HotBench:
         if not steady:
             row.note += f"; fewer than {STEADY_STEPS} steps after the recovery"
         return row
+
+    def spare_waits(self, job: Job) -> bool:
+        """An agent waits outside the sealed round (the etcd-v3 backend's record says so)."""
+        return spares_waiting(JobRun(self.store, JobKeys.parse(job.run_id)).read()) >= 1
 
     def failed(self, scenario: str, variant: Variant, size: int, note: str) -> Incident:
         return Incident(scenario, variant.name, self.repeat, None, False, note, agents=size)
@@ -663,7 +684,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         help="node losses for the c10d variants (default: --loss-incidents)")
     parser.add_argument("--blocks", type=int, default=2, help="turns each variant takes (default 2)")
     parser.add_argument("--sizes", default="2,4", help="agents per job, comma-separated (default 2,4)")
-    parser.add_argument("--scenarios", default=",".join(SCENARIOS), help=f"default {','.join(SCENARIOS)}")
+    parser.add_argument("--scenarios", default=",".join(DEFAULT_SCENARIOS),
+                        help=f"default {','.join(DEFAULT_SCENARIOS)}; also spare_takeover")
     chosen = ",".join(name for name, v in VARIANTS.items() if v not in torchft_job.EXTRA)
     parser.add_argument("--variants", default=chosen, help=f"default {chosen} (torchft-*: with torchft installed, "
                         f"make bench-peers; also: {','.join(v.name for v in torchft_job.EXTRA)})")

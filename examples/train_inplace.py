@@ -47,7 +47,6 @@ from typing import Any
 
 import torch
 from torch import nn
-
 from torch.distributed.fsdp import fully_shard
 
 from elastic.train import DistributedDataParallel, ElasticSampler, Session
