@@ -12,6 +12,7 @@ import re
 import subprocess
 import sys
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -45,6 +46,48 @@ def agent_on(host: Host, cluster: EtcdCluster, run_id: str, script_args: list[st
     return AgentProcess(host.command(command), log, env={"GLOO_SOCKET_IFNAME": host.interface}).start()
 
 
+@dataclass
+class JobAcrossHosts:
+    """2 in-place agents on hosts a0 and a1, a 3-member etcd cluster on hosts e0, e1 and e2."""
+
+    network: Network
+    root: Path
+    run_id: str
+    conf: dict[str, object] | None = None
+    total: int = 400
+    cluster: EtcdCluster = field(init=False)
+    agents: list[AgentProcess] = field(default_factory=list)
+
+    def __enter__(self) -> JobAcrossHosts:
+        self.members = [self.network.add(f"e{i}") for i in range(3)]
+        self.nodes = [self.network.add(f"a{i}") for i in range(2)]
+        self.cluster = EtcdCluster(self.members, self.root).start()
+        args = ["--steps", str(self.total), "--step-seconds", "0.05", "--hidden", "32"]
+        self.agents = [agent_on(h, self.cluster, self.run_id, args, self.root / f"{h.name}.log", self.conf)
+                       for h in self.nodes]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for agent in self.agents:
+            agent.stop()
+        self.cluster.stop()
+
+    def logs(self) -> str:
+        return "\n".join(f"--- {a.log_path.name}\n{a.output()[-3000:]}" for a in self.agents)
+
+    def steps(self) -> list[tuple[int, int]]:
+        return steps(self.agents)
+
+    def finish(self) -> None:
+        """Every agent exits 0, every step committed once (one round trains at a time)."""
+        assert wait_until(lambda: all(a.returncode is not None for a in self.agents), 180), self.logs()
+        assert [a.returncode for a in self.agents] == [0, 0], self.logs()
+        committed = sorted(step for step, _ in self.steps())
+        assert committed == list(range(self.total)), "every step committed once\n" + self.logs()
+        done = DONE.findall("\n".join(a.output() for a in self.agents))
+        assert [d[0] for d in done] == [str(self.total)] * 2, self.logs()
+
+
 def steps(agents: list[AgentProcess]) -> list[tuple[int, int]]:
     return [(int(m[1]), int(m[2])) for a in agents for m in STEP.finditer(a.output())]
 
@@ -59,63 +102,35 @@ def budget(cluster: EtcdCluster, run_id: str) -> str:
 
 def test_an_in_place_job_across_hosts_trains_on_while_the_etcd_leader_is_cut_off_from_its_quorum(
         network: Network, tmp_path: Path) -> None:
-    members = [network.add(f"e{i}") for i in range(3)]
-    nodes = [network.add(f"a{i}") for i in range(2)]
-    cluster = EtcdCluster(members, tmp_path).start()
-    run_id, total = "across-hosts", 400
-    args = ["--steps", str(total), "--step-seconds", "0.05", "--hidden", "32"]
-    agents = [agent_on(h, cluster, run_id, args, tmp_path / f"{h.name}.log") for h in nodes]
-    logs = lambda: "\n".join(f"--- {a.log_path.name}\n{a.output()[-3000:]}" for a in agents)  # noqa: E731
-    try:
-        assert wait_until(lambda: any(world == 2 and step >= 20 for step, world in steps(agents)), 120), logs()
-        leader = cluster.leader()
+    with JobAcrossHosts(network, tmp_path, "across-hosts") as job:
+        assert wait_until(lambda: any(world == 2 and step >= 20 for step, world in job.steps()), 120), job.logs()
+        leader = job.cluster.leader()
         assert leader is not None
         network.isolate(leader)  # the leader reaches no member, no agent, no worker; none reaches it
-        cut_at = max(step for step, _ in steps(agents))
-        assert wait_until(lambda: any(step >= cut_at + 40 for step, _ in steps(agents)), 90), \
-            "training went on while the leader was cut off\n" + logs()
+        cut_at = max(step for step, _ in job.steps())
+        assert wait_until(lambda: any(step >= cut_at + 40 for step, _ in job.steps()), 90), \
+            "training went on while the leader was cut off\n" + job.logs()
         network.heal()
-        assert wait_until(lambda: all(a.returncode is not None for a in agents), 180), logs()
-        assert [a.returncode for a in agents] == [0, 0], logs()
-        done = DONE.findall("\n".join(a.output() for a in agents))
-        assert len(done) == 2 and done[0][0] == done[1][0] == str(total), logs()
-        assert {world for _, world in steps(agents)} == {2}, "no round ended: the etcd leader's loss is free"
-        record = budget(cluster, run_id)
+        job.finish()
+        assert {world for _, world in job.steps()} == {2}, "no round ended: the etcd leader's loss is free"
+        record = budget(job.cluster, job.run_id)
         assert '"charges": []' in record or '"charges":[]' in record, record
-    finally:
-        for agent in agents:
-            agent.stop()
-        cluster.stop()
 
 
 def test_an_agent_cut_off_from_etcd_but_not_from_its_peer_is_one_lost_member_and_comes_back(
         network: Network, tmp_path: Path) -> None:
-    members = [network.add(f"e{i}") for i in range(3)]
-    nodes = [network.add(f"a{i}") for i in range(2)]
-    cluster = EtcdCluster(members, tmp_path).start()
-    run_id, total = "cut-from-etcd", 500
-    args = ["--steps", str(total), "--step-seconds", "0.05", "--hidden", "32"]
-    conf = {"lease_seconds": 3, "last_call_seconds": 1}
-    agents = [agent_on(h, cluster, run_id, args, tmp_path / f"{h.name}.log", conf) for h in nodes]
-    logs = lambda: "\n".join(f"--- {a.log_path.name}\n{a.output()[-3000:]}" for a in agents)  # noqa: E731
-    try:
-        assert wait_until(lambda: any(world == 2 and step >= 20 for step, world in steps(agents)), 120), logs()
-        cut = nodes[1]  # rank 0 prints the steps; which agent holds it does not matter to the rules
-        for member in members:
+    with JobAcrossHosts(network, tmp_path, "cut-from-etcd", {"lease_seconds": 3, "last_call_seconds": 1},
+                        total=500) as job:
+        assert wait_until(lambda: any(world == 2 and step >= 20 for step, world in job.steps()), 120), job.logs()
+        cut = job.nodes[1]  # rank 0 prints the steps; which agent holds it does not matter to the rules
+        for member in job.members:
             network.cut(cut, member)  # its peer stays reachable: gloo goes on until the survivor leaves
-        assert wait_until(lambda: any(world == 1 for _, world in steps(agents)), 60), \
-            "the survivor trained alone once the cut agent's lease expired\n" + logs()
+        assert wait_until(lambda: any(world == 1 for _, world in job.steps()), 60), \
+            "the survivor trained alone once the cut agent's lease expired\n" + job.logs()
         network.heal()
-        back = max(step for step, _ in steps(agents))
-        assert wait_until(lambda: any(world == 2 and step > back for step, world in steps(agents)), 90), \
-            "the cut agent came back and the job grew to 2 again\n" + logs()
-        assert wait_until(lambda: all(a.returncode is not None for a in agents), 180), logs()
-        assert [a.returncode for a in agents] == [0, 0], logs()
-        committed = sorted(step for step, _ in steps(agents))
-        assert committed == list(range(total)), "every step committed once, by one round at a time\n" + logs()
-        record = budget(cluster, run_id)
+        back = max(step for step, _ in job.steps())
+        assert wait_until(lambda: any(world == 2 and step > back for step, world in job.steps()), 90), \
+            "the cut agent came back and the job grew to 2 again\n" + job.logs()
+        job.finish()
+        record = budget(job.cluster, job.run_id)
         assert record.count('"reason"') == 1 and "MemberLost" in record, record
-    finally:
-        for agent in agents:
-            agent.stop()
-        cluster.stop()

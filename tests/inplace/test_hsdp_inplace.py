@@ -21,11 +21,9 @@ import os
 import random
 import signal
 import time
-from collections import defaultdict
 
 import pytest
-import torch
-from test_exactly_once import DONE, READS, TOLERANCE, difference, replay, train_to
+from test_exactly_once import DONE, check_committed_run, train_to
 from test_inplace_recovery import RECOVERED, in_place_job  # noqa: F401 (the fixture)
 
 from harness.agents import AgentProcess, wait_until
@@ -80,31 +78,7 @@ def test_hsdp_survives_a_crash_a_node_loss_a_scale_up_and_down_in_place(in_place
 
     done = DONE.findall(job.output())
     assert len(done) == 2 * len(stayed) and len({checksum for *_, checksum in done}) == 1, note + job.logs()
-    committed = sorted((s for a in job.agents for s in a.steps()), key=lambda s: s.step)
-    assert [s.step for s in committed] == list(range(TOTAL)), note + "every step committed once: " + job.logs()
-    reads: dict[tuple[int, int], dict[int, tuple[int, int, list[int]]]] = defaultdict(dict)
-    for m in READS.finditer(job.output()):
-        ids = [int(i) for i in m[6].split(",")] if m[6] else []
-        reads[(int(m[1]), int(m[2]))][int(m[4])] = (int(m[3]), int(m[5]), ids)
-    per_epoch: dict[int, list[int]] = defaultdict(list)
-    for s in committed:
-        attempt = reads[(s.step, s.restart)]
-        assert sorted(attempt) == list(range(s.world_size)), f"{note}step {s.step}: every rank's read: {attempt}"
-        for epoch, _, ids in attempt.values():
-            per_epoch[epoch].extend(ids)
-    last = max(per_epoch)
-    for epoch, ids in sorted(per_epoch.items()):
-        assert len(ids) == len(set(ids)), f"{note}epoch {epoch}: a sample read twice"
-        if epoch < last:
-            assert sorted(ids) == list(range(DATASET)), f"{note}epoch {epoch}: every sample read"
-    assert sorted({s.world_size for s in committed}) == [2, 4], note
-
-    trained = torch.load(final, weights_only=True)
-    steps = [(s.world_size, reads[(s.step, s.restart)]) for s in committed]
-    worst = difference(trained, replay(seed, steps, note))
-    assert worst <= TOLERANCE, f"{note}the run's parameters differ from the fault-free replay by {worst}"
-    skipped = max(difference(trained, replay(seed, steps, note, skip_one_at=len(steps) * k // 4)) for k in (1, 2, 3))
-    assert skipped > 10 * TOLERANCE, f"{note}one sample skipped moves the parameters by {skipped} only"
+    check_committed_run(job, note, seed, TOTAL, final, worlds=[2, 4])
     budget = job.budget()
     assert [c["reason"] for c in budget["charges"]] == ["WorkerFailure", "MemberLost"], note + str(budget)
 
@@ -132,14 +106,5 @@ def test_hsdp_with_one_worker_per_agent_waits_for_whole_replicas_after_a_node_lo
     stayed = [a for a in job.agents if a is not lost]
     assert wait_until(lambda: all(a.returncode is not None for a in stayed), 180), note + job.logs()
     assert [a.returncode for a in stayed] == [0] * len(stayed), note + job.logs()
-    committed = sorted((s for a in job.agents for s in a.steps()), key=lambda s: s.step)
-    assert [s.step for s in committed] == list(range(total)), note + job.logs()
-    assert {s.world_size for s in committed} == {4}, note + "no step trained at 3 ranks"
-    reads: dict[tuple[int, int], dict[int, tuple[int, int, list[int]]]] = defaultdict(dict)
-    for m in READS.finditer(job.output()):
-        ids = [int(i) for i in m[6].split(",")] if m[6] else []
-        reads[(int(m[1]), int(m[2]))][int(m[4])] = (int(m[3]), int(m[5]), ids)
-    steps = [(s.world_size, reads[(s.step, s.restart)]) for s in committed]
-    worst = difference(torch.load(final, weights_only=True), replay(seed, steps, note))
-    assert worst <= TOLERANCE, f"{note}the run's parameters differ from the fault-free replay by {worst}"
+    check_committed_run(job, note, seed, total, final, worlds=[4])  # no step trained at 3 ranks
     assert [c["reason"] for c in job.budget()["charges"]] == ["MemberLost"], note
