@@ -21,6 +21,7 @@ import re
 import signal
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
@@ -125,6 +126,33 @@ def check_committed_run(job: InPlaceJob, note: str, seed: int, total: int, final
     return len(per_epoch)
 
 
+def lose_grow_and_shrink(job: InPlaceJob, lost: AgentProcess, draw: random.Random, small: int, full: int,
+                         leaving: Callable[[], AgentProcess], note: str) -> list[AgentProcess]:
+    """A node loss (`lost` SIGKILLed with its workers), training at world size `small`, a scale-up (one agent
+    more) back to `full`, training, a scale-down with notice (SIGTERM to the agent `leaving` picks), training
+    at `small` to the end; each stretch a number of steps drawn from `draw`. Returns the agents that stayed,
+    all of which exited 0."""
+    lost.kill()
+    train_stretch(job, small, draw)
+    job.add_agent()
+    train_stretch(job, full, draw)
+    left = leaving()
+    os.kill(left.pid, signal.SIGTERM)
+    train_to(job, 0, small, after=time.time())
+    stayed = [a for a in job.agents if a is not lost and a is not left]
+    assert wait_until(lambda: all(a.returncode is not None for a in stayed), 180), note + job.logs()
+    assert [a.returncode for a in stayed] == [0] * len(stayed), note + job.logs()
+    return stayed
+
+
+def train_stretch(job: InPlaceJob, world: int, draw: random.Random) -> None:
+    """Training at `world` from now on, for a drawn number of steps."""
+    at = time.time()
+    train_to(job, 0, world, after=at)
+    top = max(s.step for a in job.agents for s in a.steps())
+    train_to(job, top + draw.randint(10, 30), world, after=at)
+
+
 def current_rank(agent: AgentProcess) -> int | None:
     found = list(RECOVERED.finditer(agent.output()))
     return int(found[-1][2]) if found else None
@@ -155,23 +183,8 @@ def test_every_sample_of_every_epoch_is_read_once_across_a_crash_a_loss_a_scale_
     train_to(job, crash_at + draw.randint(10, 30), 3, after=0)  # a worker crashed at crash_at and was replaced
     assert "crashing rank=1" in job.output(), note + job.logs()
     lost = next(a for a in agents if current_rank(a) not in (0, None))
-    lost.kill()  # a node loss: the agent and its worker, SIGKILL
-    at = time.time()
-    train_to(job, 0, 2, after=at)
-    top = max(s.step for a in job.agents for s in a.steps())
-    train_to(job, top + draw.randint(10, 30), 2, after=at)
-    job.add_agent()  # a scale-up
-    at = time.time()
-    train_to(job, 0, 3, after=at)
-    top = max(s.step for a in job.agents for s in a.steps())
-    train_to(job, top + draw.randint(10, 30), 3, after=at)
-    leaving = next(a for a in job.agents if a.returncode is None and current_rank(a) not in (0, None))
-    os.kill(leaving.pid, signal.SIGTERM)  # a scale-down with notice
-    at = time.time()
-    train_to(job, 0, 2, after=at)
-    stayed = [a for a in job.agents if a is not lost and a is not leaving]
-    assert wait_until(lambda: all(a.returncode is not None for a in stayed), 180), note + job.logs()
-    assert [a.returncode for a in stayed] == [0] * len(stayed), note + job.logs()
+    stayed = lose_grow_and_shrink(job, lost, draw, 2, 3, lambda: next(
+        a for a in job.agents if a.returncode is None and current_rank(a) not in (0, None)), note)
 
     done = DONE.findall(job.output())
     assert len(done) == len(stayed) and len({checksum for *_, checksum in done}) == 1, note + job.logs()

@@ -19,11 +19,10 @@ from __future__ import annotations
 
 import os
 import random
-import signal
 import time
 
 import pytest
-from test_exactly_once import DONE, check_committed_run, train_to
+from test_exactly_once import DONE, check_committed_run, lose_grow_and_shrink, train_to
 from test_inplace_recovery import RECOVERED, in_place_job  # noqa: F401 (the fixture)
 
 from harness.agents import AgentProcess, wait_until
@@ -58,23 +57,9 @@ def test_hsdp_survives_a_crash_a_node_loss_a_scale_up_and_down_in_place(in_place
     replaced = [line for line in job.output().splitlines() if line.startswith("recovered ") and "bytes=0 " not in line]
     assert replaced, note + "the replacement received its shard from a peer: " + job.logs()
     lost = next(a for a in first if 0 not in ranks_now(a))
-    lost.kill()  # a node loss: a whole replica, SIGKILL
-    at = time.time()
-    train_to(job, 0, 2, after=at)
-    top = max(s.step for a in job.agents for s in a.steps())
-    train_to(job, top + draw.randint(10, 25), 2, after=at)
-    job.add_agent()  # a scale-up: a new replica, each worker receiving its shard
-    at = time.time()
-    train_to(job, 0, 4, after=at)
-    top = max(s.step for a in job.agents for s in a.steps())
-    train_to(job, top + draw.randint(10, 25), 4, after=at)
-    leaving = next(a for a in job.agents if a.returncode is None and 0 not in ranks_now(a))
-    os.kill(leaving.pid, signal.SIGTERM)  # a scale-down with notice
-    at = time.time()
-    train_to(job, 0, 2, after=at)
-    stayed = [a for a in job.agents if a is not lost and a is not leaving]
-    assert wait_until(lambda: all(a.returncode is not None for a in stayed), 180), note + job.logs()
-    assert [a.returncode for a in stayed] == [0] * len(stayed), note + job.logs()
+    # a node loss (a whole replica), a scale-up (a new replica, each worker receiving its shard), a scale-down
+    stayed = lose_grow_and_shrink(job, lost, draw, 2, 4, lambda: next(
+        a for a in job.agents if a.returncode is None and 0 not in ranks_now(a)), note)
 
     done = DONE.findall(job.output())
     assert len(done) == 2 * len(stayed) and len({checksum for *_, checksum in done}) == 1, note + job.logs()
