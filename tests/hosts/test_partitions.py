@@ -22,7 +22,8 @@ from harness.agents import AgentProcess, torchrun_command, wait_until
 from harness.etcd_cluster import EtcdCluster
 from harness.hosts import Host, Network, unavailable
 
-pytestmark = [pytest.mark.slow, pytest.mark.skipif(unavailable() is not None, reason=str(unavailable()))]
+CANNOT = unavailable()  # why test hosts cannot be made here (None: they can); probed once
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(CANNOT is not None, reason=str(CANNOT))]
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "examples" / "train_inplace.py"
