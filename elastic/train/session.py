@@ -132,7 +132,7 @@ class Session:
         # HSDP (`shard_size`): FSDP2's shard group and the replicas' group, each round's under lasting objects.
         self._sharded = ShardedGroups(shard_size) if shard_size is not None else None
         self._round_store: dist.Store | None = None  # in place: the round's store (stock torchrun: torch's)
-        for group in self._lasting_groups:
+        for group in self._lasting_groups:  # a failure in any is every one's: `process_group.error` says it
             group.siblings = [other for other in self._lasting_groups if other is not group]
 
     @property
@@ -202,11 +202,6 @@ class Session:
         return [self.process_group, *(self._sharded.groups if self._sharded is not None else ())]
 
     @property
-    def _group_error(self) -> str | None:
-        """The first collective failure of this round in any of the session's groups."""
-        return next((g.error for g in self._lasting_groups if g.error is not None), None)
-
-    @property
     def _pending(self) -> bool:
         return any(g.pending for g in self._lasting_groups)
 
@@ -262,11 +257,11 @@ class Session:
         on every rank and the session is in the next round (apply nothing; run step `session.step` again).
         Under any other launcher a failed reduction raises, and the launcher restarts the worker."""
         if self.context is None:
-            if self._group_error is not None:
-                raise RuntimeError(f"a collective of step {self.step} failed: {self._group_error}")
+            if self.process_group.error is not None:
+                raise RuntimeError(f"a collective of step {self.step} failed: {self.process_group.error}")
             return True
         ended = self.process_group.take_gate()  # launched with the backward's last bucket (train/ddp.py)
-        return self._gate(torch.zeros(1)) if ended is None else self._settle(self._group_error, ended)
+        return self._gate(torch.zeros(1)) if ended is None else self._settle(self.process_group.error, ended)
 
     def _gate(self, flat: torch.Tensor) -> bool:
         """All-reduce `flat`, whose last element this rank sets to 1 if it saw the round end: every rank reads
@@ -276,7 +271,7 @@ class Session:
         is broken, so no rank can complete the gate with it and none commits; and a live peer may still be
         waiting in an earlier bucket's all-reduce with it, which only this rank dropping its group releases
         (4 DDP ranks: the survivors otherwise waited on each other until the watchdog restarted one, exit 86)."""
-        failed = self._group_error
+        failed = self.process_group.error
         if failed is None:
             flat[-1] = float(self._round_is_over())
             _, failed = self._communicate(lambda: dist.all_reduce(flat))
