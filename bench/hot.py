@@ -269,7 +269,8 @@ class HotBench:
 
     def block(self, variant: Variant, size: int, crashes: int, losses: int) -> None:
         """`crashes` worker crashes in full-size jobs (nnodes N:2N, unless --crash-min-one), then `losses` times
-        node loss and scale-up in turn, in jobs that may shrink (1:2N)."""
+        node loss and scale-up in turn, in jobs that may shrink (1:2N), then `losses` spare takeovers in jobs at
+        their maximum (N:N), for the scenarios asked for and the variant can run."""
         crash_min = 1 if self.args.crash_min_one else size
         crash = [s for s in self.args.scenarios if s == "worker_crash"]
         loss = [s for s in self.args.scenarios if s in ("node_loss", "scale_up")]

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import functools
 from datetime import timedelta
-from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -83,14 +82,6 @@ class ShardedGroups:
             lasting.configure(None, 0, 1)
 
     @property
-    def error(self) -> str | None:
-        return next((g.error for g in self.groups if g.error is not None), None)
-
-    @property
-    def pending(self) -> bool:
-        return any(g.pending for g in self.groups)
-
-    @property
     def device_mesh(self) -> DeviceMesh:
         """FSDP2's mesh: one dimension, "shard", over the lasting shard group, this rank at its shard (which
         survives rounds). Available once the session is in a round."""
@@ -124,7 +115,7 @@ def _backend(store: dist.Store, rank: int, size: int, backend: str, timeout: tim
     return dist.ProcessGroupGloo(store, rank, size, timeout)
 
 
-def _average(group: RoundGroup, gradient: torch.Tensor) -> Any:
+def _average(group: RoundGroup, gradient: torch.Tensor) -> None:
     """The reduce-scattered gradient's mean over the replicas (FSDP2 has already divided by the shard group's
     size, or divides after this hook). A failure leaves it as it was: the commit gate drops the step."""
     group.allreduce([gradient]).wait()

@@ -102,8 +102,8 @@ class RoundGroup(dist.ProcessGroup):
     def configure(self, inner: dist.ProcessGroup | dist.Backend | None, rank: int, size: int,
                   backend: str | None = None) -> None:
         """Use `inner` (the round's group, or a backend made directly: then `backend` names it) from now on;
-        None lets the old group go (its sockets close only once
-        nothing references it, which is what makes peers stuck in it fail at once).
+        None lets the old group go (its sockets close only once nothing references it, which is what makes
+        peers stuck in it fail at once).
 
         Every DDP module built on this group is reset for the new round (torch's `_update_process_group`):
         its reducer forgets a backward the old round cut short, and it rebuilds its buckets after its next
@@ -261,7 +261,6 @@ def destroy_world() -> None:
     dist.destroy_process_group()
     if group() is not None:
         gc.collect()
-
 
 
 def first_line(err: BaseException) -> str:
